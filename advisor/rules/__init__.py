@@ -1,0 +1,36 @@
+"""One module per rule; each has ``ID``, named thresholds, ``check(window, facts)`` and a
+docstring saying what it detects, why it matters and how to fix it."""
+
+from fastmon.advisor.rules import (
+    amp,
+    autograd_detect_anomaly,
+    batch_size,
+    channels_last,
+    conv_bias_before_bn,
+    cudnn_benchmark,
+    dataloader_num_workers,
+    dataloader_persistent_workers,
+    dataloader_pin_memory,
+    dataparallel,
+    grad_clipping,
+    lr_schedule,
+    memory_pressure,
+    multi_gpu_unused,
+    optimizer_adamw,
+    optimizer_fused,
+    profiler_left_on,
+    retained_graph,
+    sync_per_step,
+    tensor_copy,
+    tf32,
+    torch_compile,
+    validation_no_grad,
+    zero_grad_set_to_none,
+)
+
+RULES = (
+    dataloader_num_workers, dataloader_pin_memory, dataloader_persistent_workers, batch_size, amp, tf32,
+    cudnn_benchmark, zero_grad_set_to_none, autograd_detect_anomaly, profiler_left_on, sync_per_step,
+    retained_graph, validation_no_grad, conv_bias_before_bn, tensor_copy, dataparallel, multi_gpu_unused,
+    memory_pressure, optimizer_fused, optimizer_adamw, lr_schedule, grad_clipping, torch_compile, channels_last,
+)

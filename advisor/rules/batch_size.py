@@ -1,0 +1,44 @@
+"""batch_size: the GPU is under-used and each step is mostly fixed overhead.
+
+What it detects: accelerator training with low GPU utilization and most memory free,
+where the step's time is not in data loading but in per-step overhead (optimizer,
+Python, launches) that a larger batch would amortise.
+Why it matters: a larger batch does more samples per unit of that fixed cost.
+How to fix: raise the batch size (x2 while it fits), scaling the learning rate with it:
+linearly for SGD, by sqrt for Adam-family optimizers, schedulers' ``base_lrs`` too. It
+changes the optimisation, so fastmon only suggests it.
+"""
+
+from fastmon.advisor.types import CODE_CHANGE, Advice
+
+ID = "batch_size"
+MAX_GPU_UTIL = 50.0
+MAX_MEMORY_FRACTION = 0.5
+MAX_DATA_WAIT_SHARE = 0.2
+MIN_STEPS = 20
+
+
+def check(window, facts):
+    if not facts.accelerator or window.steps < MIN_STEPS or window.share("data_wait") > MAX_DATA_WAIT_SHARE:
+        return None
+    util = facts.gpu_mean("util")
+    total = facts.device.get("total_memory") or 0
+    if util is None or util > MAX_GPU_UTIL or not total:
+        return None
+    memory_fraction = window.mem_peak / total
+    if memory_fraction > MAX_MEMORY_FRACTION:
+        return None
+    loader = facts.training_loader() or {}
+    batch = loader.get("batch_size")
+    optimizer = (facts.optimizers or [{}])[0].get("class", "")
+    rule = "sqrt" if "Adam" in optimizer else "linear"
+    return Advice(
+        ID, "Use a larger batch: the GPU is mostly idle",
+        f"GPU utilization {util:.0f}%, peak memory {memory_fraction:.0%} of {total / 2**30:.0f} GiB, "
+        f"batch {batch}",
+        None, CODE_CHANGE,
+        fix=f"DataLoader(..., batch_size={batch * 2 if batch else 'x2'}) and scale the LR {rule}ly "
+            "(x2 for linear, x1.41 for sqrt), schedulers' base_lrs too",
+        why="per-step overhead is paid per batch: a larger batch spreads it over more samples",
+        location=loader.get("location"), confidence="medium",
+    )

@@ -1,0 +1,55 @@
+"""dataloader.num_workers: the training loop waits on the DataLoader.
+
+What it detects: ``data_wait`` (time blocked in the DataLoader's ``__next__``) is a large
+share of step time while the loader has few worker processes.
+Why it matters: the model idles while samples are loaded and collated one after another
+in the training process; workers prepare the next batches in parallel with the step.
+How to fix: more workers. fastmon searches the count live (doubling, measuring each,
+keeping the best) because loading is often I/O- or sleep-bound and scales past the
+core count; make the winner permanent with ``DataLoader(..., num_workers=N)``.
+"""
+
+from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, Advice, Apply, amdahl
+
+ID = "dataloader.num_workers"
+MIN_DATA_WAIT_SHARE = 0.20
+MIN_STEPS = 10
+MAX_WORKERS_FLOOR = 8  # search at least this far, even on a 2-core laptop
+MAX_WORKERS_PER_CORE = 2
+
+
+def worker_candidates(current: int, cpu_count: int) -> tuple:
+    cap = max(MAX_WORKERS_FLOOR, MAX_WORKERS_PER_CORE * cpu_count)
+    out, n = [], max(2, current * 2)
+    while n <= cap:
+        out.append(n)
+        n *= 2
+    return tuple(out)
+
+
+def check(window, facts):
+    share = window.share("data_wait")
+    loader = facts.training_loader()
+    if window.steps < MIN_STEPS or share < MIN_DATA_WAIT_SHARE or loader is None:
+        return None
+    current = loader.get("num_workers", 0)
+    candidates = worker_candidates(current, facts.host_cpu_count)
+    if not candidates:
+        return None
+    median_ms = window.phase_median["data_wait"] * 1e3
+    evidence = (f"data_wait is {share:.0%} of step time (median {median_ms:.1f} ms of a "
+                f"{window.step_median * 1e3:.1f} ms step) with DataLoader(num_workers={current})")
+    if loader.get("iterable"):
+        return Advice(ID, "Give the DataLoader worker processes", evidence, round(amdahl(share), 2), CODE_CHANGE,
+                      fix=f"DataLoader(..., num_workers={candidates[0]}) — an IterableDataset must shard "
+                          "itself across workers (torch.utils.data.get_worker_info()), so fastmon does not "
+                          "change it live",
+                      location=loader.get("location"))
+    return Advice(
+        ID, "Load data in parallel: more DataLoader workers", evidence, round(amdahl(share), 2), HOT_APPLY,
+        fix=f"DataLoader(..., num_workers=N) — fastmon tries N in {list(candidates)} and keeps the fastest",
+        why="the step waits for batches that workers could prepare during the previous step",
+        location=loader.get("location"),
+        apply=Apply("loader", {"num_workers": candidates[0]},
+                    search=tuple({"num_workers": n} for n in candidates)),
+    )

@@ -1,0 +1,34 @@
+"""optimizer.fused: Adam/AdamW/SGD on the GPU runs its per-parameter (single-tensor) loop.
+
+What it detects: an Adam, AdamW or SGD optimizer on an accelerator with ``foreach=False``
+and no ``fused``, and the optimizer step a visible share of step time.
+Why it matters: the single-tensor path launches several kernels per parameter; the
+foreach path batches them, the fused path does the whole update in one kernel.
+How to fix: ``torch.optim.AdamW(params, lr=..., fused=True)`` (or drop ``foreach=False``).
+"""
+
+from fastmon.advisor.types import CODE_CHANGE, Advice, amdahl
+
+ID = "optimizer.fused"
+FUSABLE = ("Adam", "AdamW", "SGD")
+MIN_OPTIMIZER_SHARE = 0.1
+EXPECTED_SPEEDUP = 3.0
+
+
+def check(window, facts):
+    if not facts.accelerator:
+        return None
+    share = window.share("optimizer")
+    for opt in facts.optimizers:
+        defaults = opt.get("defaults", {})
+        on_device = any(d.startswith("cuda") for d in opt.get("devices", []))
+        if (opt.get("class") in FUSABLE and on_device and defaults.get("foreach") is False
+                and not defaults.get("fused") and share >= MIN_OPTIMIZER_SHARE):
+            return Advice(
+                ID, f"Use the fused {opt['class']} update",
+                f"{opt['class']}(foreach=False) on the GPU; the optimizer is {share:.0%} of the step",
+                round(amdahl(share, EXPECTED_SPEEDUP), 2), CODE_CHANGE,
+                fix=f"torch.optim.{opt['class']}(params, ..., fused=True)",
+                why="the single-tensor path launches kernels per parameter; fused does one",
+            )
+    return None

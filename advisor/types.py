@@ -1,0 +1,46 @@
+"""What a rule returns."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+HOT_APPLY = "hot_apply"
+CODE_CHANGE = "code_change"
+
+
+@dataclass(frozen=True)
+class Apply:
+    """A change the probe can make live: an action name and its parameters. ``search``
+    lists candidate parameter sets to try in turn (keep the best); ``changes_maths`` marks
+    the changes that need the user's accept (AMP, TF32, batch size)."""
+
+    action: str
+    params: dict = field(default_factory=dict)
+    search: tuple = ()
+    changes_maths: bool = False
+
+
+@dataclass(frozen=True)
+class Advice:
+    id: str
+    title: str
+    evidence: str
+    est_gain: float | None  # upper bound on the speed-up, as a factor (1.6 = +60%)
+    action: str  # HOT_APPLY or CODE_CHANGE
+    fix: str  # the code change, or what the hot-apply does
+    why: str = ""
+    location: str | None = None
+    apply: Apply | None = None
+    confidence: str = "high"
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["apply"] = asdict(self.apply) if self.apply else None
+        return out
+
+
+def amdahl(share: float, speedup: float = float("inf")) -> float:
+    """Whole-step speed-up when a part taking ``share`` of it gets ``speedup`` times faster."""
+    share = min(max(share, 0.0), 0.999)
+    rest = share / speedup if speedup != float("inf") else 0.0
+    return 1.0 / (1.0 - share + rest)

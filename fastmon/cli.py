@@ -1,0 +1,233 @@
+"""The ``fastmon`` command line: run, demo, report, replay, doctor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from fastmon import __version__
+
+EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses 2)
+EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
+
+TORCHRUN_VALUE_OPTIONS = {
+    "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",
+    "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--max-restarts", "--monitor-interval", "--start-method",
+    "--log-dir", "--role", "--local-addr",
+}
+TORCHRUN_FLAGS = {"--standalone"}
+RUN_VALUE_OPTIONS = {"--apply", "--allow", "--runs-dir"}
+RUN_FLAGS = {"--headless", "--exit-on-finish", "-h", "--help"}
+
+
+class UsageError(Exception):
+    pass
+
+
+def split_run_args(argv: list[str]):
+    """fastmon's and torchrun's options come first; then SCRIPT or -m MODULE; the rest is the script's."""
+    own, torchrun, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0].replace("_", "-") if arg.startswith("--") else arg
+        if arg == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name")
+            return own, torchrun, ["-m", *argv[i + 1:]]
+        if name in TORCHRUN_VALUE_OPTIONS or name in TORCHRUN_FLAGS:
+            takes_value = name in TORCHRUN_VALUE_OPTIONS and "=" not in arg
+            torchrun += [name + ("=" + arg.split("=", 1)[1] if "=" in arg else "")]
+            if takes_value:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"{arg} needs a value")
+                torchrun.append(argv[i + 1])
+                i += 1
+        elif name in RUN_VALUE_OPTIONS:
+            own.append(arg)
+            if "=" not in arg:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"{arg} needs a value")
+                own.append(argv[i + 1])
+                i += 1
+        elif name in RUN_FLAGS:
+            own.append(arg)
+        elif arg.startswith("-"):
+            raise UsageError(f"unknown option {arg!r} (fastmon's options go before the script)")
+        else:
+            return own, torchrun, argv[i:]
+        i += 1
+    return own, torchrun, []
+
+
+def run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastmon run", description="Run a training script under fastmon, like `python SCRIPT ARGS`.",
+        usage="fastmon run [--headless] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
+              "[--exit-on-finish] [torchrun options] (SCRIPT | -m MODULE) [ARGS...]")
+    parser.add_argument("--headless", action="store_true", help="no dashboard: output passes through, "
+                        "a status line every few seconds on stderr, a summary at the end")
+    parser.add_argument("--apply", choices=("ask", "auto", "never"), default=None,
+                        help="hot-apply: ask (dashboard default), auto (safe changes only), never (headless default)")
+    parser.add_argument("--allow", default="", help="comma-separated advice ids that auto may apply although "
+                        "they change the maths of training (amp, tf32)")
+    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
+    parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the script ends")
+    return parser
+
+
+def check_target(target: list[str]) -> None:
+    if not target:
+        raise UsageError("no script given: fastmon run [options] SCRIPT [ARGS...]")
+    if target[0] == "-m":
+        return
+    script = Path(target[0])
+    if not script.is_file():
+        raise UsageError(f"can't open file {str(script)!r}: no such file")
+    try:
+        compile(script.read_bytes(), str(script), "exec")
+    except SyntaxError as exc:
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+        raise UsageError(f"{script} has a syntax error, not started:\n{detail}") from None
+    except ValueError as exc:
+        raise UsageError(f"{script} cannot be compiled: {exc}") from None
+
+
+def cmd_run(argv: list[str]) -> int:
+    own, torchrun, target = split_run_args(argv)
+    args = run_parser().parse_args(own)
+    check_target(target)
+    from fastmon.session import RunOptions
+
+    apply = args.apply or ("never" if args.headless else "ask")
+    options = RunOptions(target=target, headless=args.headless, apply=apply,
+                         allow=frozenset(filter(None, args.allow.split(","))), runs_dir=args.runs_dir,
+                         torchrun=torchrun or None)
+    if args.headless:
+        return run_headless(options)
+    from fastmon.tui.launch import run_dashboard
+
+    return run_dashboard(options, exit_on_finish=args.exit_on_finish)
+
+
+def run_headless(options) -> int:
+    from fastmon.headless import StatusPrinter
+    from fastmon.report import format_text
+    from fastmon.session import Session
+    from fastmon.summary import summarize
+
+    session = Session(options, passthrough=True)
+    # Ctrl-C reaches the training process from the terminal directly; the monitor stays
+    # to record its end. SIGTERM is passed on, as torchrun does.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: session.terminate())
+    session.start()
+    sys.stderr.write(f"[fastmon] recording to {session.run_dir}\n")
+    if session.gpu.note:
+        sys.stderr.write(f"[fastmon] {session.gpu.note}\n")
+    printer = StatusPrinter(session)
+    printer.start()
+    code = session.wait()
+    printer.stop()
+    sys.stderr.write("\n" + format_text(summarize(session.run_dir)) + "\n")
+    return code
+
+
+def cmd_demo(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fastmon demo", description="A starved training run, and fastmon fixing it live.")
+    parser.add_argument("--headless", action="store_true")
+    parser.add_argument("--apply", choices=("ask", "auto", "never"), default="auto")
+    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args(argv)
+    from fastmon.examples import starved
+
+    run = [*(["--headless"] if args.headless else []), "--apply", args.apply, "--runs-dir", args.runs_dir,
+           starved.__file__, "--epochs", str(args.epochs)]
+    return cmd_run(run)
+
+
+def cmd_report(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fastmon report", description="Summarise a recorded run.")
+    parser.add_argument("run", nargs="?", default="latest", help="a run folder, or 'latest' (default)")
+    parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
+    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
+    args = parser.parse_args(argv)
+    from fastmon.records import resolve_run
+    from fastmon.report import format_text
+    from fastmon.summary import summarize
+
+    try:
+        run_dir = resolve_run(args.run, args.runs_dir)
+    except FileNotFoundError as exc:
+        sys.stderr.write(f"fastmon: {exc}\n")
+        return EXIT_NO_RUN
+    summary = summarize(run_dir)
+    print(json.dumps(summary, indent=1) if args.json else format_text(summary))
+    return 0
+
+
+def cmd_replay(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fastmon replay", description="Open a recorded run in the dashboard.")
+    parser.add_argument("run", nargs="?", default="latest")
+    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
+    args = parser.parse_args(argv)
+    from fastmon.records import resolve_run
+
+    try:
+        run_dir = resolve_run(args.run, args.runs_dir)
+    except FileNotFoundError as exc:
+        sys.stderr.write(f"fastmon: {exc}\n")
+        return EXIT_NO_RUN
+    from fastmon.tui.launch import run_replay
+
+    return run_replay(run_dir)
+
+
+def cmd_doctor(argv: list[str]) -> int:
+    from fastmon.doctor import report
+
+    print(report())
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "report": cmd_report, "replay": cmd_replay, "doctor": cmd_doctor}
+
+USAGE = """usage: fastmon COMMAND ...
+
+  run [options] SCRIPT [ARGS...]   run a training script, watched (like `python SCRIPT ARGS`)
+  run [options] -m MODULE [ARGS...]
+  demo                             a starved run, and the advisor fixing it live
+  report [RUN] [--json]            summarise a recorded run (default: latest)
+  replay [RUN]                     open a recorded run in the dashboard
+  doctor                           what fastmon can measure on this machine
+
+`fastmon run --help` lists the run options.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(USAGE)
+        return 0 if argv else EXIT_USAGE
+    if argv[0] == "--version":
+        print(f"fastmon {__version__}")
+        return 0
+    command = COMMANDS.get(argv[0])
+    if command is None:
+        sys.stderr.write(f"fastmon: unknown command {argv[0]!r}\n{USAGE}")
+        return EXIT_USAGE
+    try:
+        return command(argv[1:])
+    except UsageError as exc:
+        sys.stderr.write(f"fastmon: {exc}\n")
+        return EXIT_USAGE
+
+
+def entry() -> None:
+    sys.exit(main())

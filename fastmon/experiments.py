@@ -1,0 +1,181 @@
+"""Hot-apply as an experiment: apply at a step boundary, measure samples/s over a window
+before and after, keep it if it helped beyond noise, revert it if it hurt or failed.
+
+A search (e.g. num_workers 2, 4, 8, ...) tries candidates in turn while each beats the
+best so far, then settles on the best. Changes that alter the maths of training (AMP,
+TF32) must also beat noise to be kept; safe ones are kept unless they hurt.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from fastmon.phases import STEP_FIELDS
+
+NOISE = 0.05  # relative throughput change treated as noise
+BASELINE_STEPS = 20
+MEASURE_STEPS = 16
+MIN_MEASURE_SECONDS = 0.75
+WARMUP_STEPS = 3
+ACK_TIMEOUT_S = 120.0
+
+_STEP, _WALL, _SAMPLES = STEP_FIELDS.index("step"), STEP_FIELDS.index("wall"), STEP_FIELDS.index("samples")
+
+
+def throughput(rows) -> float:
+    """samples/s over consecutive rows: all samples over all time. No step is left out as
+    an outlier: workers deliver batches in bursts, so slow steps are part of the rate."""
+    wall = sum(r[_WALL] for r in rows)
+    return sum(r[_SAMPLES] for r in rows) / wall if wall > 0 else 0.0
+
+
+def enough(rows) -> bool:
+    return len(rows) >= MEASURE_STEPS and sum(r[_WALL] for r in rows) >= MIN_MEASURE_SECONDS
+
+
+@dataclass
+class Experiment:
+    exp: int
+    advice_id: str
+    action: str
+    candidates: list
+    changes_maths: bool
+    warmup: object  # callable(previous params or None for the run's own settings) -> steps to skip
+    started_step: int
+    baseline: float = 0.0
+    trials: list = field(default_factory=list)  # [(params, samples_per_s)]
+    state: str = "applying"
+    index: int = 0
+    measure_from: int | None = None
+    live_params: dict | None = None  # what the probe runs now, None while the original
+    final_params: dict | None = None
+    kept: bool | None = None
+    error: str | None = None
+    note: str | None = None
+    sent_at: float = field(default_factory=time.monotonic)
+    skip: int = WARMUP_STEPS
+
+    @property
+    def current(self) -> dict:
+        return self.candidates[self.index]
+
+    def best(self):
+        return max(self.trials, key=lambda t: t[1]) if self.trials else (None, 0.0)
+
+    def result(self) -> dict:
+        params, after = self.best()
+        return {"exp": self.exp, "id": self.advice_id, "action": self.action, "step": self.started_step,
+                "params": self.final_params if self.final_params is not None else params,
+                "tried": [{"params": p, "samples_per_s": round(s, 2)} for p, s in self.trials],
+                "before_samples_per_s": round(self.baseline, 2),
+                "after_samples_per_s": round(after, 2) if self.trials else None,
+                "speedup": round(after / self.baseline, 3) if self.trials and self.baseline else None,
+                "kept": bool(self.kept), "state": self.state, "error": self.error, "note": self.note}
+
+
+class ExperimentRunner:
+    """Drives one experiment at a time. ``send(message)`` reaches the probe(s);
+    ``done(result)`` is called when an experiment concludes."""
+
+    def __init__(self, send, done) -> None:
+        self.send = send
+        self.done = done
+        self.active: Experiment | None = None
+        self.finished: list[Experiment] = []
+        self._next_exp = 1
+
+    @property
+    def busy(self) -> bool:
+        return self.active is not None
+
+    def start(self, advice: dict, rows: list, warmup=lambda previous: WARMUP_STEPS) -> Experiment | None:
+        apply = advice.get("apply") or {}
+        candidates = list(apply.get("search") or ()) or [apply.get("params", {})]
+        baseline_rows = rows[-BASELINE_STEPS:]
+        if self.active is not None or not baseline_rows:
+            return None
+        exp = Experiment(self._next_exp, advice["id"], apply["action"], candidates,
+                         bool(apply.get("changes_maths")), warmup, baseline_rows[-1][_STEP] + 1)
+        self._next_exp += 1
+        exp.baseline = throughput(baseline_rows)
+        self.active = exp
+        self._apply(exp, exp.current)
+        return exp
+
+    def _apply(self, exp: Experiment, params: dict) -> None:
+        exp.sent_at = time.monotonic()
+        exp.measure_from = None
+        exp.skip = exp.warmup(exp.live_params)
+        exp.live_params = params
+        self.send({"t": "apply", "exp": exp.exp, "action": exp.action, "params": params})
+
+    def on_ack(self, message: dict) -> None:
+        exp = self.active
+        if exp is None or message.get("exp") != exp.exp:
+            return
+        if message.get("t") == "reverted":
+            exp.state = "reverted" if message.get("ok") else "revert failed"
+            self._conclude(exp)
+            return
+        if not message.get("ok"):
+            exp.error = message.get("error") or "failed"
+            if exp.trials:  # a later candidate failed (e.g. OOM): settle on the best one so far
+                self._settle(exp)
+            else:
+                exp.kept, exp.state = False, "failed"
+                self._conclude(exp)
+            return
+        exp.note = message.get("note") or exp.note
+        exp.measure_from = int(message.get("step", 0)) + exp.skip
+        exp.state = "finalizing" if exp.state == "finalizing" else "measuring"
+
+    def tick(self, rows: list) -> None:
+        """``rows``: recent step rows (one rank), oldest first."""
+        exp = self.active
+        if exp is None:
+            return
+        if exp.measure_from is None:
+            if time.monotonic() - exp.sent_at > ACK_TIMEOUT_S:
+                exp.kept, exp.state, exp.error = False, "failed", "the training process did not answer"
+                self._conclude(exp)
+            return
+        window = [r for r in rows if r[_STEP] >= exp.measure_from]
+        if not enough(window):
+            return
+        measured = throughput(window)
+        if exp.state == "finalizing":
+            self._conclude(exp)
+            return
+        exp.trials.append((exp.current, measured))
+        best_before = max((s for _, s in exp.trials[:-1]), default=exp.baseline)
+        improved = measured > best_before * (1 + NOISE)
+        if improved and exp.index + 1 < len(exp.candidates):
+            exp.index += 1
+            self._apply(exp, exp.current)
+            return
+        self._settle(exp)
+
+    def _settle(self, exp: Experiment) -> None:
+        params, best = exp.best()
+        ratio = best / exp.baseline if exp.baseline else 0.0
+        keep = ratio >= 1 + NOISE or (not exp.changes_maths and ratio > 1 - NOISE)
+        if not keep:
+            exp.kept, exp.state = False, "reverting"
+            exp.measure_from = None
+            self.send({"t": "revert", "exp": exp.exp})
+            return
+        exp.kept, exp.final_params = True, params
+        if params is not exp.current or exp.error:
+            exp.state = "finalizing"
+            self._apply(exp, params)
+            return
+        exp.state = "kept"
+        self._conclude(exp)
+
+    def _conclude(self, exp: Experiment) -> None:
+        if exp.state == "finalizing":
+            exp.state = "kept"
+        self.active = None
+        self.finished.append(exp)
+        self.done(exp.result())

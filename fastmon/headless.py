@@ -1,0 +1,76 @@
+"""The headless mode's status line: every few seconds on stderr, the script's output
+passing straight through around it."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from fastmon.advisor.window import Window
+from fastmon.phases import PHASES
+
+STATUS_EVERY = 3.0
+STATUS_WINDOW = 50
+SHORT = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt",
+         "sync": "sync", "other": "other"}
+
+
+def status_line(session) -> str:
+    rows = session.rows()
+    state = session.state
+    with session.lock:
+        rank0 = state.ranks.get(0)
+        steps = rank0.steps if rank0 else 0
+        gpu = state.gpu[-1] if state.gpu else None
+        applying = [a for a in state.advice.values() if a.get("status") == "applying"]
+    window = Window.from_rows(rows[-STATUS_WINDOW:])
+    shares = " ".join(f"{SHORT[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
+    parts = [f"[fastmon] step {steps}", f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]
+    if shares:
+        parts.append(shares)
+    if gpu:
+        parts.append("GPU " + " ".join(f"{d.get('util')}%" for d in gpu))
+    if applying:
+        parts.append(f"trying {applying[0]['id']}")
+    return " | ".join(parts)
+
+
+class StatusPrinter:
+    def __init__(self, session, every: float = STATUS_EVERY) -> None:
+        self.session = session
+        self.every = every
+        self._stop = threading.Event()
+        self._seen_advice: set = set()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fastmon-status")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                sys.stderr.write(status_line(self.session) + "\n")
+                for line in self._advice_news():
+                    sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+            except Exception:  # the status line is a convenience: never take the run down
+                pass
+
+    def _advice_news(self) -> list[str]:
+        out = []
+        with self.session.lock:
+            for advice in self.session.state.advice.values():
+                key = (advice["id"], advice.get("status"))
+                if key in self._seen_advice:
+                    continue
+                self._seen_advice.add(key)
+                if advice.get("status") == "open":
+                    gain = f" (up to {advice['est_gain']:.2f}x)" if advice.get("est_gain") else ""
+                    out.append(f"[fastmon] advice {advice['id']}: {advice['title']}{gain} — {advice['evidence']}")
+                elif advice.get("status") not in ("applying", "dismissed"):
+                    out.append(f"[fastmon] {advice['id']}: {advice['status']}")
+        return out

@@ -1,0 +1,12 @@
+"""Phase names shared by the probe, the monitor and the advisor (no imports)."""
+
+PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "sync", "other")
+DATA_WAIT, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC, OTHER = range(len(PHASES))
+
+# One step row, as the probe emits it and the monitor stores it. Times are seconds.
+STEP_FIELDS = (
+    "rank", "step", "t_end", "wall", *PHASES,
+    "samples", "mem_alloc", "mem_reserved", "mem_peak",
+    "h2d_bytes", "h2d_pageable_bytes", "sync_calls", "eval_forwards", "eval_grad_forwards",
+    "micro_batches",
+)

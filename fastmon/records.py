@@ -1,0 +1,176 @@
+"""The run record: one SQLite file (WAL) per run, written by a background thread and
+committed at least every ``FLUSH_EVERY`` seconds, so a killed run loses at most that."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+from fastmon.phases import PHASES, STEP_FIELDS
+
+FLUSH_EVERY = 0.5
+RECORD_FILE = "run.sqlite"
+DEFAULT_RUNS_DIR = "fastmon-runs"
+
+DEVICE_FIELDS = ("rank", "step", "device_step", "device_forward", "device_backward", "device_optimizer",
+                 "device_idle_before_forward")
+
+_REAL_FIELDS = {"t_end", "wall", *PHASES}
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS steps({", ".join(f"{f} {'REAL' if f in _REAL_FIELDS else 'INTEGER'}" for f in STEP_FIELDS)},
+                                 PRIMARY KEY(rank, step));
+CREATE TABLE IF NOT EXISTS device_steps({", ".join(DEVICE_FIELDS)});
+CREATE TABLE IF NOT EXISTS samples(t REAL, source TEXT, data TEXT);
+CREATE TABLE IF NOT EXISTS facts(t REAL, rank INTEGER, key TEXT, value TEXT);
+CREATE TABLE IF NOT EXISTS events(t REAL, rank INTEGER, step INTEGER, kind TEXT, data TEXT);
+CREATE TABLE IF NOT EXISTS advice(id TEXT PRIMARY KEY, t REAL, data TEXT);
+CREATE TABLE IF NOT EXISTS applied(exp INTEGER PRIMARY KEY, t REAL, data TEXT);
+CREATE TABLE IF NOT EXISTS log(t REAL, stream TEXT, text TEXT);
+"""
+
+_INSERT = {
+    "steps": f"INSERT OR REPLACE INTO steps VALUES ({', '.join('?' * len(STEP_FIELDS))})",
+    "device_steps": f"INSERT INTO device_steps VALUES ({', '.join('?' * len(DEVICE_FIELDS))})",
+    "samples": "INSERT INTO samples VALUES (?, ?, ?)",
+    "facts": "INSERT INTO facts VALUES (?, ?, ?, ?)",
+    "events": "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+    "advice": "INSERT OR REPLACE INTO advice VALUES (?, ?, ?)",
+    "applied": "INSERT OR REPLACE INTO applied VALUES (?, ?, ?)",
+    "log": "INSERT INTO log VALUES (?, ?, ?)",
+    "meta": "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+}
+
+
+def new_run_dir(runs_dir: str | os.PathLike, name: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(runs_dir) / f"{stamp}-{name}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    path.mkdir(parents=True)
+    return path
+
+
+def resolve_run(spec: str, runs_dir: str | os.PathLike = DEFAULT_RUNS_DIR) -> Path:
+    """A run folder from a path, a run file, or ``latest``."""
+    if spec == "latest":
+        root = Path(runs_dir)
+        runs = sorted(p for p in root.glob("*") if (p / RECORD_FILE).exists()) if root.is_dir() else []
+        if not runs:
+            raise FileNotFoundError(f"no runs under {root}/")
+        return max(runs, key=lambda p: (p / RECORD_FILE).stat().st_mtime)
+    path = Path(spec)
+    if path.is_file() and path.name == RECORD_FILE:
+        path = path.parent
+    if not (path / RECORD_FILE).exists():
+        raise FileNotFoundError(f"{spec} is not a fastmon run folder (no {RECORD_FILE})")
+    return path
+
+
+class Recorder:
+    """Writes rows on its own thread; ``put`` never blocks the caller."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / RECORD_FILE
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fastmon-recorder", daemon=True)
+        self._thread.start()
+        self._ready.wait(5)
+
+    def put(self, table: str, row: tuple) -> None:
+        self._queue.put((table, row))
+
+    def meta(self, key: str, value) -> None:
+        self.put("meta", (key, json.dumps(value, default=str)))
+
+    def _run(self) -> None:
+        db = sqlite3.connect(self.path)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(SCHEMA)
+        db.commit()
+        self._ready.set()
+        last_commit = time.monotonic()
+        while True:
+            try:
+                table, row = self._queue.get(timeout=FLUSH_EVERY / 2)
+                db.execute(_INSERT[table], row)
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            if now - last_commit >= FLUSH_EVERY or self._closed.is_set():
+                while True:  # drain what is queued before committing
+                    try:
+                        table, row = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    db.execute(_INSERT[table], row)
+                db.commit()
+                last_commit = now
+                if self._closed.is_set() and self._queue.empty():
+                    break
+        db.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=10)
+
+
+class RunRecord:
+    """Read access to a run folder."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.dir = Path(run_dir)
+        self.db = sqlite3.connect(f"file:{self.dir / RECORD_FILE}?mode=ro", uri=True)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def meta(self) -> dict:
+        return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
+
+    def steps(self, rank: int | None = None) -> list[tuple]:
+        if rank is None:
+            return self.db.execute("SELECT * FROM steps ORDER BY rank, step").fetchall()
+        return self.db.execute("SELECT * FROM steps WHERE rank=? ORDER BY step", (rank,)).fetchall()
+
+    def ranks(self) -> list[int]:
+        return [r for (r,) in self.db.execute("SELECT DISTINCT rank FROM steps ORDER BY rank")]
+
+    def device_steps(self) -> list[tuple]:
+        return self.db.execute("SELECT * FROM device_steps ORDER BY rank, step").fetchall()
+
+    def facts(self) -> dict:
+        """The latest value of every fact (rank 0's where ranks differ)."""
+        out: dict = {}
+        for rank, key, value in self.db.execute("SELECT rank, key, value FROM facts ORDER BY rank DESC, t"):
+            out[key] = json.loads(value)
+        return out
+
+    def events(self) -> list[dict]:
+        return [dict(json.loads(data), t=t, rank=rank, step=step, kind=kind)
+                for t, rank, step, kind, data in self.db.execute("SELECT * FROM events ORDER BY t")]
+
+    def samples(self, source: str | None = None) -> list[tuple[float, str, dict]]:
+        query = "SELECT t, source, data FROM samples" + (" WHERE source=?" if source else "") + " ORDER BY t"
+        return [(t, s, json.loads(d)) for t, s, d in self.db.execute(query, (source,) if source else ())]
+
+    def advice(self) -> list[dict]:
+        return [json.loads(d) for (d,) in self.db.execute("SELECT data FROM advice ORDER BY t")]
+
+    def applied(self) -> list[dict]:
+        return [json.loads(d) for (d,) in self.db.execute("SELECT data FROM applied ORDER BY exp")]
+
+    def log(self) -> list[tuple[float, str, str]]:
+        return self.db.execute("SELECT t, stream, text FROM log ORDER BY rowid").fetchall()

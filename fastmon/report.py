@@ -1,0 +1,77 @@
+"""``fastmon report``: a run summary as a table for people or one JSON object."""
+
+from __future__ import annotations
+
+from fastmon.phases import PHASES
+
+
+def mib(n) -> str:
+    return f"{(n or 0) / 2**20:,.0f} MiB"
+
+
+def format_text(s: dict) -> str:
+    lines = []
+    exit_code = s.get("exit_code")
+    lines.append(f"fastmon report — {s.get('script') or '?'}  ({s['run']})")
+    lines.append(
+        f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {s['steps_per_s']:.2f} steps/s · "
+        f"{s['samples_per_s']:,.1f} samples/s · exit code {exit_code if exit_code is not None else '? (still running or killed)'}")
+    lines.append(f"  step time median {s['step_ms']['median']:.2f} ms, p90 {s['step_ms']['p90']:.2f} ms")
+    lines.append("")
+    lines.append(f"  {'phase':<10} {'share':>7} {'median ms':>10} {'p90 ms':>9}")
+    for phase in PHASES:
+        share = s["phases"][phase]
+        bar = "█" * round(share * 30)
+        lines.append(f"  {phase:<10} {share:>7.1%} {s['phase_ms'][phase]['median']:>10.3f} "
+                     f"{s['phase_ms'][phase]['p90']:>9.3f}  {bar}")
+    if s.get("device"):
+        d = s["device"]
+        lines.append(f"  device (CUDA events, {d['steps']} steps): step {d.get('device_step_ms_median', 0):.2f} ms, "
+                     f"forward {d.get('device_forward_ms_median', 0):.2f}, backward {d.get('device_backward_ms_median', 0):.2f}, "
+                     f"optimizer {d.get('device_optimizer_ms_median', 0):.2f}")
+    lines.append("")
+    mem = s["memory"]
+    lines.append(f"  memory: trainer RSS peak {mib(mem['trainer_rss_peak'])}, workers {mib(mem['workers_rss_peak'])}, "
+                 f"torch allocated peak {mib(mem['torch_peak_allocated'])}, reserved {mib(mem['torch_peak_reserved'])}")
+    gpu = s["gpu"]
+    if gpu.get("available"):
+        for d in gpu["devices"]:
+            lines.append(f"  GPU {d['index']} {d['name']}: util {d['util_mean']}% mean, memory peak "
+                         f"{mib(d['mem_used_peak'])} of {mib(d['mem_total'])}, power {d['power_w_mean']} W mean")
+    else:
+        lines.append(f"  GPU: {gpu.get('note')}")
+    if s.get("ranks"):
+        lines.append("")
+        lines.append(f"  {'rank':<5} {'steps':>6} {'steps/s':>8} {'step ms':>8} " + " ".join(f"{p[:8]:>8}" for p in PHASES))
+        for r in s["ranks"]:
+            lines.append(f"  {r['rank']:<5} {r['steps']:>6} {r['steps_per_s']:>8.2f} {r['step_ms']['median']:>8.2f} "
+                         + " ".join(f"{r['phases'][p]:>8.1%}" for p in PHASES))
+        lines.append(f"  straggler: {'rank ' + str(s['straggler']) if s['straggler'] is not None else 'none (ranks within noise)'}")
+    lines.append(f"  dropped records: {s['dropped']}")
+    if s["probe_faults"]:
+        for fault in s["probe_faults"]:
+            lines.append(f"  probe fault: {fault.get('part')} hooks switched off: {fault.get('error')}")
+    if s["advice"]:
+        lines.append("")
+        lines.append("  advice:")
+        for a in s["advice"]:
+            gain = f" (up to {a['est_gain']:.2f}x)" if a.get("est_gain") else ""
+            status = f" [{a['status']}]" if a.get("status") and a["status"] != "open" else ""
+            lines.append(f"   • {a['id']}: {a['title']}{gain}{status}")
+            lines.append(f"       {a['evidence']}")
+            if a.get("location"):
+                lines.append(f"       at {a['location']}")
+    if s["applied"]:
+        lines.append("")
+        lines.append("  applied live:")
+        for a in s["applied"]:
+            after = a.get("after_samples_per_s")
+            lines.append(f"   • {a['id']} {a.get('params')} at step {a['step']}: {a['before_samples_per_s']:,.1f} → "
+                         f"{after if after is not None else '?'} samples/s — {'kept' if a['kept'] else 'reverted'}"
+                         + (f" ({a['error']})" if a.get("error") else ""))
+    if s["permanent_changes"]:
+        lines.append("")
+        lines.append("  make it permanent (so the next run starts fast without fastmon):")
+        for change in s["permanent_changes"]:
+            lines.append(f"    {change}")
+    return "\n".join(lines)

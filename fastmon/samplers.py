@@ -1,0 +1,125 @@
+"""Samplers that run in the monitor: psutil for the trainer, its DataLoader workers and
+the system; NVML (nvidia-ml-py) for the GPUs. No NVML library, no driver, no GPU: the
+GPU sampler says why in one line and returns nothing."""
+
+from __future__ import annotations
+
+import psutil
+
+
+class HostSampler:
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+        self._procs: dict[int, psutil.Process] = {}
+        psutil.cpu_percent(percpu=True)  # prime: the first reading is meaningless
+
+    def _tracked(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.root_pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+        alive = {}
+        for proc in procs:
+            known = self._procs.get(proc.pid)
+            if known is None:
+                try:
+                    proc.cpu_percent()  # prime
+                except psutil.Error:
+                    continue
+                known = proc
+            alive[proc.pid] = known
+        self._procs = alive
+        return list(alive.values())
+
+    def sample(self) -> dict:
+        procs = []
+        trainer_pids = set()
+        for proc in self._tracked():
+            try:
+                with proc.oneshot():
+                    cmdline = " ".join(proc.cmdline())
+                    ppid = proc.ppid()
+                    entry = {"pid": proc.pid, "cpu": proc.cpu_percent(), "rss": proc.memory_info().rss}
+            except psutil.Error:
+                continue
+            # A forked DataLoader worker has its parent's command line: its parent decides.
+            if "fastmon.probe" in cmdline and ppid not in trainer_pids:
+                entry["role"] = "trainer"
+                trainer_pids.add(proc.pid)
+            elif proc.pid == self.root_pid:
+                entry["role"] = "launcher"
+            else:
+                entry["role"] = "worker"
+            procs.append(entry)
+        memory = psutil.virtual_memory()
+        return {
+            "processes": procs,
+            "cpu_per_core": psutil.cpu_percent(percpu=True),
+            "ram_used": memory.total - memory.available,
+            "ram_total": memory.total,
+        }
+
+
+class GpuSampler:
+    def __init__(self) -> None:
+        self.available = False
+        self.note = ""
+        self.handles = []
+        try:
+            import pynvml
+
+            self._nvml = pynvml
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self.driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            self.available = count > 0
+            self.note = "" if count else "NVML found no GPU on this machine"
+        except ImportError:
+            self.note = "no GPU panel: nvidia-ml-py is not installed"
+        except Exception as exc:  # pynvml.NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            self.note = f"no GPU: NVML unavailable ({_nvml_reason(exc)}); CPU and host panels work"
+
+    def sample(self, pids: set[int]) -> list[dict]:
+        if not self.available:
+            return []
+        nvml = self._nvml
+        out = []
+        for index, handle in enumerate(self.handles):
+            entry = {"index": index}
+            for key, read in (
+                ("name", lambda h: _text(nvml.nvmlDeviceGetName(h))),
+                ("util", lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                ("mem_used", lambda h: nvml.nvmlDeviceGetMemoryInfo(h).used),
+                ("mem_total", lambda h: nvml.nvmlDeviceGetMemoryInfo(h).total),
+                ("power_w", lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000),
+                ("sm_clock", lambda h: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
+                ("mem_clock", lambda h: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
+                ("temp_c", lambda h: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
+            ):
+                try:
+                    entry[key] = read(handle)
+                except Exception:
+                    entry[key] = None
+            try:
+                procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                entry["process_mem"] = sum(p.usedGpuMemory or 0 for p in procs if p.pid in pids)
+                entry["our_process"] = any(p.pid in pids for p in procs)
+            except Exception:
+                entry["process_mem"] = None
+            out.append(entry)
+        return out
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml_reason(exc: Exception) -> str:
+    name = type(exc).__name__
+    if "LibraryNotFound" in name:
+        return "libnvidia-ml.so not found: no NVIDIA driver installed"
+    if "DriverNotLoaded" in name:
+        return "the NVIDIA driver is not loaded"
+    return str(exc) or name

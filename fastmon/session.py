@@ -1,0 +1,384 @@
+"""The monitor-side session: spawn the training process, own the channel, record the
+run, sample the host and GPUs, run the advisor and the hot-apply experiments.
+
+The screens (headless printer, TUI) read ``session.state`` on their own timers: high-rate
+step records are never pushed at them one by one.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastmon.advisor import Facts, Window, advise
+from fastmon.channel import ChannelServer
+from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
+from fastmon.phases import STEP_FIELDS
+from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
+from fastmon.samplers import GpuSampler, HostSampler
+
+HISTORY = 20_000  # step rows kept in memory per rank for the screens
+ADVISOR_WINDOW = 200  # steps the advisor looks at
+ADVISE_EVERY = 1.0
+SAMPLE_EVERY = 0.5
+MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representative
+SAFE_ACTIONS = frozenset({"loader", "cudnn_benchmark", "anomaly_detection", "set_to_none"})
+
+_RANK = STEP_FIELDS.index("rank")
+
+
+@dataclass
+class RunOptions:
+    target: list[str]  # [script, *args] or ["-m", module, *args]
+    headless: bool = False
+    apply: str = "never"  # ask | auto | never
+    allow: frozenset = frozenset()  # advice ids auto may apply although they change the maths
+    runs_dir: str = "fastmon-runs"
+    torchrun: list[str] | None = None  # torchrun's own options, when launching through it
+    python: str = sys.executable
+
+
+@dataclass
+class RankState:
+    rows: collections.deque = field(default_factory=lambda: collections.deque(maxlen=HISTORY))
+    steps: int = 0
+    samples: int = 0
+    wall: float = 0.0
+    last_t: float = 0.0
+
+
+@dataclass
+class LiveState:
+    status: str = "starting"  # starting, running, finished, crashed, detached
+    exit_code: int | None = None
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+    ranks: dict = field(default_factory=dict)  # rank -> RankState
+    facts: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    host: dict = field(default_factory=dict)
+    gpu: collections.deque = field(default_factory=lambda: collections.deque(maxlen=600))
+    gpu_note: str = ""
+    advice: dict = field(default_factory=dict)  # id -> advice dict with "status"
+    applied: list = field(default_factory=list)
+    output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=5000))
+    output_seq: int = 0
+    dropped: int = 0
+    version: int = 0  # bumped on every change, for screens that redraw on change
+
+
+class Session:
+    def __init__(self, options: RunOptions, passthrough: bool = False) -> None:
+        self.options = options
+        self.passthrough = passthrough
+        self.state = LiveState()
+        self.lock = threading.RLock()
+        self.proc: subprocess.Popen | None = None
+        self.run_dir: Path | None = None
+        self.recorder: Recorder | None = None
+        self.channel: ChannelServer | None = None
+        self.gpu = GpuSampler()
+        self.state.gpu_note = self.gpu.note
+        self.experiments = ExperimentRunner(self._send_control, self._experiment_done)
+        self.dismissed: set[str] = set()
+        self.tried: set[str] = set()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # --- start ------------------------------------------------------------------------
+    @property
+    def script_name(self) -> str:
+        target = self.options.target
+        name = target[1] if target[0] == "-m" else Path(target[0]).stem
+        return name.replace("/", "_").replace(".", "_")
+
+    def command(self) -> list[str]:
+        probe = ["-m", "fastmon.probe", *self.options.target]
+        if self.options.torchrun is not None:
+            return [self.options.python, "-m", "torch.distributed.run", *self.options.torchrun, *probe]
+        return [self.options.python, *probe]
+
+    def start(self) -> None:
+        self.run_dir = new_run_dir(self.options.runs_dir, self.script_name)
+        self.recorder = Recorder(self.run_dir)
+        self.channel = ChannelServer(self._on_message)
+        self.channel.start()
+        meta = {"target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
+                "started": self.state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
+                "gpu_note": self.gpu.note, "script": " ".join(self.options.target)}
+        for key, value in meta.items():
+            self.recorder.meta(key, value)
+        env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_RUN_DIR=str(self.run_dir),
+                   PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.state.status = "running"
+        self._spawn(self._pump, "stdout", self.proc.stdout)
+        self._spawn(self._pump, "stderr", self.proc.stderr)
+        self._spawn(self._sample_loop)
+        self._spawn(self._advise_loop)
+
+    def _spawn(self, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True, name=f"fastmon-{target.__name__}")
+        thread.start()
+        self._threads.append(thread)
+
+    # --- inputs -----------------------------------------------------------------------
+    def _pump(self, stream_name: str, pipe) -> None:
+        out = getattr(sys, stream_name)
+        fd = pipe.fileno()
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            text = data.decode("utf-8", errors="replace")
+            if self.passthrough:
+                try:
+                    out.buffer.write(data)
+                    out.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+            self.recorder.put("log", (time.time(), stream_name, text))
+            with self.lock:
+                self.state.output.append((stream_name, text))
+                self.state.output_seq += 1
+                self.state.version += 1
+
+    def _on_message(self, message: dict) -> None:
+        kind = message.get("t")
+        rec = self.recorder
+        with self.lock:
+            state = self.state
+            if kind == "steps":
+                for row in message["rows"]:
+                    rank_state = state.ranks.setdefault(row[_RANK], RankState())
+                    rank_state.rows.append(row)
+                    rank_state.steps += 1
+                    rank_state.samples += row[STEP_FIELDS.index("samples")]
+                    rank_state.wall += row[STEP_FIELDS.index("wall")]
+                    rank_state.last_t = row[STEP_FIELDS.index("t_end")]
+                    rec.put("steps", tuple(row))
+            elif kind == "device":
+                rec.put("device_steps", tuple(message.get(f) for f in DEVICE_FIELDS))
+                self._note_device_busy(message)
+            elif kind == "fact":
+                state.facts[message["key"]] = message["value"]
+                rec.put("facts", (time.time(), message.get("rank", 0), message["key"], json.dumps(message["value"])))
+            elif kind == "event":
+                state.events.append(message)
+                data = {k: v for k, v in message.items() if k not in ("t", "kind", "rank", "step")}
+                rec.put("events", (time.time(), message.get("rank", 0), message.get("step"), message["kind"],
+                                   json.dumps(data, default=str)))
+            elif kind in ("applied", "reverted"):
+                rec.put("events", (time.time(), 0, message.get("step"), kind, json.dumps(message, default=str)))
+                self.experiments.on_ack(message)
+            elif kind == "hello":
+                state.facts.setdefault("ranks_seen", [])
+                state.facts["ranks_seen"] = sorted({*state.facts["ranks_seen"], message.get("rank", 0)})
+                state.facts["world_size"] = message.get("world_size", 1)
+            elif kind == "bye":
+                state.dropped += int(message.get("dropped", 0))
+                rec.meta("dropped", state.dropped)
+            state.version += 1
+
+    def _note_device_busy(self, row: dict) -> None:
+        wall = None
+        rank_state = self.state.ranks.get(row.get("rank", 0))
+        if rank_state and rank_state.rows:
+            wall = rank_state.rows[-1][STEP_FIELDS.index("wall")]
+        busy = sum(row.get(k) or 0 for k in ("device_forward", "device_backward", "device_optimizer"))
+        if wall:
+            previous = self.state.facts.get("device.busy_fraction")
+            value = min(busy / wall, 1.0)
+            self.state.facts["device.busy_fraction"] = value if previous is None else 0.9 * previous + 0.1 * value
+
+    def _sample_loop(self) -> None:
+        host = HostSampler(self.proc.pid)
+        while not self._stop.wait(SAMPLE_EVERY):
+            try:
+                sample = host.sample()
+                pids = {p["pid"] for p in sample["processes"]}
+                gpus = self.gpu.sample(pids)
+            except Exception as exc:  # a sampler must never take the monitor down
+                sample, gpus = {"error": str(exc)}, []
+            now = time.time()
+            self.recorder.put("samples", (now, "host", json.dumps(sample)))
+            if gpus:
+                self.recorder.put("samples", (now, "gpu", json.dumps(gpus)))
+            with self.lock:
+                self.state.host = sample
+                if gpus:
+                    self.state.gpu.append(gpus)
+                self.state.version += 1
+
+    # --- advisor and experiments -------------------------------------------------------
+    def facts(self) -> Facts:
+        with self.lock:
+            return Facts(values=dict(self.state.facts, script=" ".join(self.options.target)),
+                         events=list(self.state.events), gpu=list(self.state.gpu)[-20:],
+                         host_cpu_count=os.cpu_count() or 1, ranks=max(len(self.state.ranks), 1))
+
+    def rows(self, rank: int = 0) -> list:
+        with self.lock:
+            rank_state = self.state.ranks.get(rank)
+            return list(rank_state.rows) if rank_state else []
+
+    def _advise_loop(self) -> None:
+        while not self._stop.wait(ADVISE_EVERY):
+            try:
+                self.advise_once()
+            except Exception as exc:
+                with self.lock:
+                    self.state.events.append({"kind": "advisor_error", "error": repr(exc)})
+
+    def advise_once(self) -> None:
+        rows = self.rows()
+        usable = rows[MIN_ADVISE_STEPS:] if len(rows) > MIN_ADVISE_STEPS * 2 else []
+        self.experiments.tick(rows)
+        if not usable:
+            return
+        window = Window.from_rows(usable[-ADVISOR_WINDOW:])
+        found = advise(window, self.facts())
+        with self.lock:
+            for advice in found:
+                entry = self.state.advice.get(advice.id)
+                data = advice.to_dict()
+                if entry is None:
+                    data.update(status="open", first_step=window.last_step)
+                    self.state.advice[advice.id] = data
+                elif entry["status"] == "open":
+                    entry.update({k: v for k, v in data.items()})
+                else:
+                    continue
+                self.recorder.put("advice", (advice.id, time.time(), json.dumps(self.state.advice[advice.id])))
+            self.state.version += 1
+        if self.options.apply == "auto" and not self.experiments.busy:
+            for advice in found:
+                if self._auto_allowed(advice.to_dict()):
+                    self.apply(advice.id)
+                    break
+
+    def _auto_allowed(self, advice: dict) -> bool:
+        apply = advice.get("apply")
+        if not apply or advice["id"] in self.tried or advice["id"] in self.dismissed:
+            return False
+        return apply["action"] in SAFE_ACTIONS and not apply.get("changes_maths") or advice["id"] in self.options.allow
+
+    def apply(self, advice_id: str) -> bool:
+        with self.lock:
+            advice = self.state.advice.get(advice_id)
+            if not advice or not advice.get("apply") or self.experiments.busy or self.state.status != "running":
+                return False
+            self.tried.add(advice_id)
+            exp = self.experiments.start(advice, self.rows(), warmup=self._warmup_for(advice))
+            if exp is None:
+                return False
+            advice["status"] = "applying"
+            self.recorder.put("advice", (advice_id, time.time(), json.dumps(advice)))
+            return True
+
+    def _warmup_for(self, advice: dict):
+        """Steps to skip after a change before measuring it. After a DataLoader rebuild the
+        batches still in flight in the previous workers come first."""
+        if advice["apply"]["action"] != "loader":
+            return lambda previous: WARMUP_STEPS
+        loader = Facts(values=dict(self.state.facts)).training_loader() or {}
+        prefetch = loader.get("prefetch_factor") or 2
+        original = loader.get("num_workers", 0)
+        return lambda previous: WARMUP_STEPS + prefetch * (previous or {}).get("num_workers", original)
+
+    def dismiss(self, advice_id: str) -> None:
+        with self.lock:
+            self.dismissed.add(advice_id)
+            if advice_id in self.state.advice:
+                self.state.advice[advice_id]["status"] = "dismissed"
+                self.recorder.put("advice", (advice_id, time.time(), json.dumps(self.state.advice[advice_id])))
+            self.state.version += 1
+
+    def _send_control(self, message: dict) -> None:
+        if self.channel is not None:
+            # Under DDP a change goes to every rank at once: all of them apply it at their
+            # next step boundary, which is the same step for ranks in lockstep.
+            self.channel.send(message)
+
+    def _experiment_done(self, result: dict) -> None:
+        with self.lock:
+            self.state.applied.append(result)
+            self.recorder.put("applied", (result["exp"], time.time(), json.dumps(result)))
+            advice = self.state.advice.get(result["id"])
+            if advice is not None:
+                advice["status"] = describe_result(result)
+                advice["result"] = result
+                self.recorder.put("advice", (result["id"], time.time(), json.dumps(advice)))
+            self.state.version += 1
+
+    # --- the end ----------------------------------------------------------------------
+    def wait(self) -> int:
+        code = self.proc.wait()
+        for thread in self._threads[:2]:  # the output pumps: everything printed is kept
+            thread.join(timeout=5)
+        return self.finish(code)
+
+    def finish(self, code: int) -> int:
+        time.sleep(0.05)
+        self._stop.set()
+        if self.channel is not None:
+            deadline = time.monotonic() + 2.0
+            while self.channel.open_connections and time.monotonic() < deadline:
+                time.sleep(0.02)
+        try:
+            self.advise_once()
+        except Exception:
+            pass
+        with self.lock:
+            active = self.experiments.active
+            if active is not None:
+                active.state, active.kept = "incomplete", bool(active.trials)
+                active.error = "the run ended before the measurement finished"
+                self.experiments.active = None
+                self._experiment_done(active.result())
+            self.state.exit_code = exit_status(code)
+            self.state.status = "finished" if code == 0 else "crashed"
+            self.state.ended = time.time()
+            self.state.version += 1
+        self.recorder.meta("exit_code", self.state.exit_code)
+        self.recorder.meta("ended", self.state.ended)
+        self.recorder.meta("dropped", self.state.dropped)
+        self.recorder.close()
+        if self.channel is not None:
+            self.channel.close()
+        return self.state.exit_code
+
+    def interrupt(self) -> None:
+        """Ctrl-C for the training process (as if typed in its terminal)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+
+    def terminate(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+
+
+def exit_status(code: int) -> int:
+    """A child killed by signal N exits the shell way: 128 + N."""
+    return 128 - code if code < 0 else code
+
+
+def describe_result(result: dict) -> str:
+    if result.get("state") == "failed":
+        return f"failed: {result.get('error')}"
+    speedup = result.get("speedup")
+    measured = f"{(speedup - 1) * 100:+.0f}% samples/s" if speedup else "not measured"
+    if speedup and speedup >= 1.5:
+        measured = f"{speedup:.1f}x samples/s"
+    return f"{measured}, {'kept' if result.get('kept') else 'reverted'}"

@@ -1,0 +1,25 @@
+"""The probe: everything that runs inside the training process.
+
+Hooks and patches that time each step's phases, the publisher that ships step records to
+the monitor, the facts collector and the hot-apply control side.
+
+May import: the standard library and torch (lazily, inside ``install``). Never textual,
+never anything from ``fastmon.tui``; importing this package has no side effects: patches
+go in only when :func:`install` is called.
+"""
+
+from __future__ import annotations
+
+
+def install(channel_path: str | None = None):
+    """Install the probe into this process and return it (idempotent)."""
+    from fastmon.probe.runtime import install as _install
+
+    return _install(channel_path)
+
+
+def current():
+    """The installed probe, or None."""
+    from fastmon.probe.runtime import current as _current
+
+    return _current()

@@ -1,0 +1,88 @@
+"""``python -m fastmon.probe [-m MODULE | SCRIPT] ARGS``: run a script as ``python`` would,
+with the probe installed. The monitor starts this; it also works alone (no channel)."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import traceback
+
+EXIT_USAGE = 2
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """The traceback as python would print it: without runpy's and fastmon's frames."""
+    tb = exc.__traceback__
+    here = os.path.dirname(os.path.abspath(__file__))
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename.startswith(here)
+        or "runpy" in os.path.basename(tb.tb_frame.f_code.co_filename)
+    ):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+    sys.stderr.flush()
+
+
+def _module_exists(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if not args:
+        sys.stderr.write("usage: python -m fastmon.probe [-m MODULE | SCRIPT] [ARGS...]\n")
+        sys.exit(EXIT_USAGE)
+    module = None
+    if args[0] == "-m":
+        if len(args) < 2:
+            sys.stderr.write("fastmon: -m needs a module name\n")
+            sys.exit(EXIT_USAGE)
+        module, rest = args[1], args[2:]
+    else:
+        script, rest = args[0], args[1:]
+        if not os.path.isfile(script):
+            sys.stderr.write(f"fastmon: can't open file {script!r}: no such file\n")
+            sys.exit(EXIT_USAGE)
+
+    if module is not None and not _module_exists(module):
+        sys.stderr.write(f"fastmon: no module named {module!r}\n")
+        sys.exit(EXIT_USAGE)
+
+    from fastmon.probe.output import protect_streams
+    from fastmon.probe.runtime import install
+
+    protect_streams(os.environ.get("FASTMON_RUN_DIR"))
+    install(os.environ.get("FASTMON_CHANNEL"))
+
+    try:
+        if module is not None:
+            sys.argv = [module, *rest]
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [script, *rest]
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit:
+        raise
+    except KeyboardInterrupt as exc:
+        _print_user_traceback(exc)
+        from fastmon.probe.runtime import current
+
+        current().close()
+        # Die of SIGINT as python does, so the parent sees the same status.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException as exc:
+        _print_user_traceback(exc)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

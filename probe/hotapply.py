@@ -1,0 +1,105 @@
+"""The control side of hot-apply: changes the monitor asks for, made in the training
+thread at a step boundary, each with its undo kept for a revert.
+
+Every command is answered with an ``applied`` message: ok, or the error that stopped it
+(in which case nothing changed). The monitor decides keep or revert from throughput.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+class HotApply:
+    def __init__(self, probe) -> None:
+        self.probe = probe
+        self.undo: dict[int, tuple[str, dict]] = {}
+
+    def handle(self, command: dict) -> None:
+        kind, exp = command.get("t"), command.get("exp")
+        if kind == "apply":
+            action, params = command["action"], command.get("params", {})
+            self._run(exp, action, params)
+        elif kind == "revert" and exp in self.undo:
+            action, params = self.undo.pop(exp)
+            self._run(exp, action, params, reverting=True)
+
+    def _run(self, exp, action: str, params: dict, reverting: bool = False) -> None:
+        probe = self.probe
+        step = probe.clock.step
+
+        def ack(ok: bool, error: str | None = None, note: str | None = None) -> None:
+            probe.message({"t": "reverted" if reverting else "applied", "exp": exp, "action": action,
+                           "ok": ok, "error": error, "note": note, "step": probe.clock.step,
+                           "requested_step": step, "params": params})
+
+        handler = getattr(self, f"_apply_{action}", None)
+        if handler is None:
+            ack(False, f"unknown action {action!r}")
+            return
+        try:
+            previous = handler(params, ack)
+        except Exception as exc:
+            ack(False, f"{type(exc).__name__}: {exc}")
+            return
+        if not reverting and previous is not None:
+            # A search applies several candidates under one experiment: undo restores the original.
+            self.undo.setdefault(exp, (action, previous))
+
+    # Each handler applies params, acks (now or later) and returns the params that undo it.
+    def _apply_loader(self, params: dict, ack):
+        state = self.probe.loader_part.training_loader()
+        loader = state.ref() if state else None
+        if loader is None:
+            raise RuntimeError("no DataLoader seen in the training loop")
+        previous = {k: getattr(loader, k) for k in params}
+        self.probe.loader_part.schedule(params, ack)
+        return previous
+
+    def _apply_cudnn_benchmark(self, params: dict, ack):
+        previous = {"value": torch.backends.cudnn.benchmark}
+        torch.backends.cudnn.benchmark = bool(params.get("value", True))
+        ack(True)
+        return previous
+
+    def _apply_anomaly_detection(self, params: dict, ack):
+        previous = {"value": torch.is_anomaly_enabled()}
+        torch.autograd.set_detect_anomaly(bool(params.get("value", False)))
+        ack(True)
+        return previous
+
+    def _apply_set_to_none(self, params: dict, ack):
+        part = self.probe.optimizer_part
+        previous = {"value": part.force_set_to_none}
+        part.force_set_to_none = bool(params.get("value", True))
+        ack(True)
+        return previous
+
+    def _apply_matmul_precision(self, params: dict, ack):
+        previous = {"value": torch.get_float32_matmul_precision()}
+        torch.set_float32_matmul_precision(params.get("value", "high"))
+        ack(True)
+        return previous
+
+    def _apply_autocast(self, params: dict, ack):
+        """Wrap each training root's forward in autocast (bf16 by default); undo unwraps."""
+        dtype_name = params.get("dtype", "bfloat16")
+        enable = params.get("value", True)
+        roots = [m for key, m in self.probe.forward_part.roots.items()
+                 if self.probe.forward_part.root_has_params.get(key)]
+        if enable:
+            if torch.is_autocast_enabled():
+                raise RuntimeError("autocast is already on")
+            device_type = "cuda" if torch.cuda.is_available() else "cpu"
+            dtype = getattr(torch, dtype_name)
+            for module in roots:
+                if "forward" not in module.__dict__:
+                    module.forward = functools.wraps(module.forward)(
+                        torch.autocast(device_type=device_type, dtype=dtype)(module.forward))
+        else:
+            for module in roots:
+                module.__dict__.pop("forward", None)
+        ack(True)
+        return {"value": not enable, "dtype": dtype_name}

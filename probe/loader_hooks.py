@@ -1,0 +1,243 @@
+"""DataLoader timing and the live DataLoader rebuild.
+
+``_BaseDataLoaderIter.__next__`` is wrapped at class level, which covers single- and
+multi-process iterators and the fetchers that Lightning builds on them; the time spent
+blocked there is ``data_wait``. ``DataLoader.__iter__`` is wrapped too: it tags each
+iterator with its loader and shows worker start-up.
+
+A rebuild (hot-apply of num_workers / pin_memory / persistent_workers) takes the index
+batches that the live iterator has not yet dispatched, lets the batches already in
+flight drain from the old iterator, and serves the rest of the epoch from a new
+DataLoader over exactly those indices: no sample is skipped or repeated, and the batches
+keep their composition, so ``len(loader)`` and step-count schedulers stay right.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+import weakref
+from time import perf_counter
+
+from torch.utils.data import DataLoader
+from torch.utils.data import dataloader as dl
+
+from fastmon.probe import facts
+from fastmon.probe.forward_hooks import batch_size_of
+from fastmon.probe.guard import Part
+from fastmon.probe.location import fmt, user_frame
+from fastmon.phases import DATA_WAIT
+
+LOADER_SETTINGS = ("num_workers", "pin_memory", "persistent_workers")
+
+
+class LoaderState:
+    def __init__(self, loader_id: str, loader: DataLoader, location: str | None) -> None:
+        self.id = loader_id
+        self.ref = weakref.ref(loader)
+        self.location = location
+        self.live: weakref.ref | None = None
+        self.batches = 0
+        self.epochs = 0
+
+
+class Rebuilt:
+    """Serves the rest of an epoch after a rebuild: first the batches already in flight
+    in the replaced iterators, then the new loader's."""
+
+    def __init__(self, draining: list, new_iter, new_loader, orig_next) -> None:
+        self.draining = draining
+        self.new_iter = new_iter
+        self.new_loader = new_loader
+        self._orig_next = orig_next
+
+    def next(self):
+        while self.draining:
+            old = self.draining[0]
+            try:
+                return self._orig_next(old)
+            except StopIteration:
+                self.draining.pop(0)
+                shutdown = getattr(old, "_shutdown_workers", None)
+                if shutdown is not None:
+                    shutdown()
+        if self.new_iter is None:
+            raise StopIteration
+        return self._orig_next(self.new_iter)
+
+
+class LoaderPart(Part):
+    name = "loader"
+
+    def __init__(self, probe) -> None:
+        super().__init__(probe)
+        self.main_thread = threading.main_thread().ident
+        self.loaders: dict[int, LoaderState] = {}
+        self.last_loader: LoaderState | None = None
+        self.train_loader: LoaderState | None = None
+        self._orig_next = dl._BaseDataLoaderIter.__next__
+        self._orig_iter = DataLoader.__iter__
+
+    # --- patches --------------------------------------------------------------------
+    def install(self) -> None:
+        part = self
+        orig_next, orig_iter = self._orig_next, self._orig_iter
+
+        def __next__(it):
+            source = it.__dict__.get("_fastmon_source")
+            if not part.on or threading.get_ident() != part.main_thread:
+                return source.next() if source is not None else orig_next(it)
+            clock = part.probe.clock
+            try:
+                part.before_batch(it)
+            except Exception as exc:
+                part.fail(exc)
+                return source.next() if source is not None else orig_next(it)
+            source = it.__dict__.get("_fastmon_source")
+            try:
+                batch = source.next() if source is not None else orig_next(it)
+            finally:
+                clock.leave()
+            try:
+                part.after_batch(it, batch)
+            except Exception as exc:
+                part.fail(exc)
+            return batch
+
+        def __iter__(loader):
+            if not part.on or threading.get_ident() != part.main_thread:
+                return orig_iter(loader)
+            clock = part.probe.clock
+            clock.enter(DATA_WAIT)
+            started = perf_counter()
+            try:
+                it = orig_iter(loader)
+            finally:
+                clock.leave()
+            try:
+                part.on_iter(loader, it, perf_counter() - started)
+            except Exception as exc:
+                part.fail(exc)
+            return it
+
+        dl._BaseDataLoaderIter.__next__ = __next__
+        DataLoader.__iter__ = __iter__
+
+    def uninstall(self) -> None:
+        # __next__ stays wrapped only if a rebuild is live: those iterators delegate.
+        DataLoader.__iter__ = self._orig_iter
+        if not any(s.live is not None and s.live() is not None and "_fastmon_source" in s.live().__dict__
+                   for s in self.loaders.values()):
+            dl._BaseDataLoaderIter.__next__ = self._orig_next
+
+    # --- timing ---------------------------------------------------------------------
+    def before_batch(self, it) -> None:
+        probe = self.probe
+        clock = probe.clock
+        if probe.optimizer_part.fallback and clock.backwards_since_step:
+            probe.end_step()
+        clock.enter(DATA_WAIT)
+        pending = it.__dict__.pop("_fastmon_pending", None)
+        if pending is not None:
+            state, params, ack = pending
+            try:
+                self.rebuild(it, state, params)
+                ack(ok=True)
+            except Exception as exc:
+                ack(ok=False, error=f"{type(exc).__name__}: {exc}")
+
+    def after_batch(self, it, batch) -> None:
+        clock = self.probe.clock
+        clock.loader_batches += 1
+        clock.samples += batch_size_of(batch)
+        state = self.loaders.get(it.__dict__.get("_fastmon_loader_key"))
+        if state is not None:
+            state.batches += 1
+            self.last_loader = state
+
+    def on_iter(self, loader, it, seconds: float) -> None:
+        key = id(loader)
+        state = self.loaders.get(key)
+        if state is None or state.ref() is not loader:
+            state = LoaderState(f"L{len(self.loaders)}", loader, fmt(user_frame(3)))
+            self.loaders[key] = state
+        state.epochs += 1
+        state.live = weakref.ref(it)
+        it.__dict__["_fastmon_loader_key"] = key
+        self.send_facts(state, iter_seconds=seconds)
+
+    def send_facts(self, state: LoaderState, **extra) -> None:
+        loader = state.ref()
+        if loader is not None:
+            self.probe.fact(f"loader.{state.id}", dict(facts.describe_loader(loader), id=state.id,
+                                                       location=state.location, epochs=state.epochs,
+                                                       **extra))
+
+    # --- hot-apply ------------------------------------------------------------------
+    def training_loader(self) -> LoaderState | None:
+        return self.train_loader or self.last_loader
+
+    def schedule(self, params: dict, ack) -> None:
+        """Apply loader settings: for later epochs at once, for the live epoch at the
+        iterator's next ``__next__`` (so the rebuild's cost shows as data_wait)."""
+        state = self.training_loader()
+        loader = state.ref() if state else None
+        if loader is None:
+            raise RuntimeError("no DataLoader seen in the training loop")
+        set_loader_settings(loader, params)
+        self.probe.fact(f"loader.{state.id}", dict(facts.describe_loader(loader), id=state.id,
+                                                   location=state.location, epochs=state.epochs))
+        live = state.live() if state.live is not None else None
+        if live is None or live._dataset_kind != dl._DatasetKind.Map:
+            ack(ok=True, note="takes effect at the next epoch")
+            return
+        live.__dict__["_fastmon_pending"] = (state, params, ack)
+
+    def rebuild(self, it, state: LoaderState, params: dict) -> None:
+        loader = state.ref()
+        source = it.__dict__.get("_fastmon_source")
+        current = source.new_iter if source is not None else it
+        draining = list(source.draining) if source is not None else []
+        remaining = list(current._sampler_iter) if current is not None else []
+        if current is not None:
+            draining.append(current)
+        if persistent := getattr(loader, "_iterator", None):
+            if persistent is it or persistent is current:
+                loader._iterator = None  # the next epoch must start workers with the new settings
+        new_loader = loader_over(loader, remaining) if remaining else None
+        new_iter = self._orig_iter(new_loader) if new_loader is not None else None
+        it.__dict__["_fastmon_source"] = Rebuilt(draining, new_iter, new_loader, self._orig_next)
+
+
+def set_loader_settings(loader: DataLoader, params: dict) -> None:
+    if "num_workers" in params:
+        loader.num_workers = int(params["num_workers"])
+        if loader.num_workers > 0 and loader.prefetch_factor is None:
+            loader.prefetch_factor = 2
+        if loader.num_workers > (os.cpu_count() or 1):
+            # torch warns at every iter() when workers outnumber cores; fastmon chose this
+            # count by measuring it (I/O- or sleep-bound loading scales past the cores).
+            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+    if "pin_memory" in params:
+        loader.pin_memory = bool(params["pin_memory"])
+    if "persistent_workers" in params:
+        # DataLoader forbids setting this after __init__; it is read at the next iter().
+        object.__setattr__(loader, "persistent_workers", bool(params["persistent_workers"]) and loader.num_workers > 0)
+    if getattr(loader, "_iterator", None) is not None and not loader.persistent_workers:
+        loader._iterator = None
+
+
+def loader_over(loader: DataLoader, remaining: list) -> DataLoader:
+    """A DataLoader like ``loader`` (its current settings) over exactly ``remaining``."""
+    kwargs = dict(
+        num_workers=loader.num_workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
+        timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
+        pin_memory_device=loader.pin_memory_device,
+    )
+    if loader.num_workers > 0:
+        kwargs["prefetch_factor"] = loader.prefetch_factor or 2
+    if loader._auto_collation:
+        return DataLoader(loader.dataset, batch_sampler=remaining, **kwargs)
+    return DataLoader(loader.dataset, sampler=remaining, batch_size=None, **kwargs)

@@ -1,0 +1,161 @@
+"""The installed probe: owns the clock, the publisher and the hook parts."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+
+import torch
+
+from fastmon.probe import facts
+from fastmon.probe.autograd_hooks import BackwardPart
+from fastmon.probe.clock import StepClock
+from fastmon.probe.forward_hooks import ForwardPart
+from fastmon.probe.guard import describe
+from fastmon.probe.hotapply import HotApply
+from fastmon.probe.loader_hooks import LoaderPart
+from fastmon.probe.optim_hooks import OptimizerPart
+from fastmon.probe.publisher import Publisher, rank_from_env
+
+SETTINGS_EVERY = 50  # steps between polls of torch's global settings
+
+_PROBE: "Probe | None" = None
+
+
+def _no_mark(name: str) -> None:
+    return None
+
+
+class Probe:
+    def __init__(self, channel_path: str | None) -> None:
+        self.rank, self.local_rank, self.world_size = rank_from_env()
+        self.publisher = Publisher(channel_path, self.rank)
+        self.clock = StepClock(self.publisher.put, self._memory)
+        self.cuda = torch.cuda.is_available()
+        self.events = None
+        self.cuda_mark = self._cuda_mark if self.cuda else _no_mark
+        self.sent_facts: dict[str, object] = {}
+        self.faults: set[str] = set()
+        self.in_fork_child = False
+        self.forward_part = ForwardPart(self)
+        self.loader_part = LoaderPart(self)
+        self.backward_part = BackwardPart(self)
+        self.optimizer_part = OptimizerPart(self)
+        self.parts = [self.forward_part, self.loader_part, self.backward_part, self.optimizer_part]
+        if self.cuda:
+            from fastmon.probe.device_hooks import DevicePart
+
+            self.device_part = DevicePart(self)
+            self.parts.append(self.device_part)
+        self.hot = HotApply(self)
+
+    # --- lifecycle ------------------------------------------------------------------
+    def start(self) -> None:
+        self.message({"t": "hello", "pid": os.getpid(), "rank": self.rank, "local_rank": self.local_rank,
+                      "world_size": self.world_size, "argv": list(sys.argv),
+                      "connected": self.publisher.connected})
+        self.fact("environment", facts.environment())
+        self.fact("settings", facts.settings())
+        for part in self.parts:
+            try:
+                part.install()
+            except Exception as exc:
+                part.on = False
+                self.report_fault(part.name, exc)
+        self.publisher.start()
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
+        atexit.register(self.close)
+
+    def _after_fork_in_child(self) -> None:
+        # DataLoader workers and other forks inherit the patches: they must stay silent.
+        self.in_fork_child = True
+        for part in self.parts:
+            part.on = False
+        self.publisher._sock = None
+
+    def close(self) -> None:
+        if self.in_fork_child:
+            return
+        for part in self.parts:
+            part.on = False
+        self.publisher.close(final={"t": "bye", "steps": self.clock.step})
+
+    # --- what parts call ------------------------------------------------------------
+    def end_step(self) -> None:
+        try:
+            self.clock.end_step()
+            step = self.clock.step - 1
+            self.forward_part.after_step(step)
+            self.backward_part.after_step(step)
+            loader = self.loader_part.last_loader
+            if loader is not None:
+                self.loader_part.train_loader = loader
+            if step % SETTINGS_EVERY == 0:
+                self.fact("settings", facts.settings())
+            if self.events is not None:
+                for row in self.events.end_step(step):
+                    self.message(dict(row, t="device", rank=self.rank))
+            control = self.publisher.control
+            while control:
+                self.hot.handle(control.popleft())
+        except Exception as exc:
+            self.report_fault("step", exc)
+            for part in self.parts:
+                part.on = False
+                try:
+                    part.uninstall()
+                except Exception:
+                    pass
+
+    def _memory(self, clock) -> tuple[int, int, int]:
+        if self.cuda and torch.cuda.is_initialized():
+            return (torch.cuda.memory_allocated(), torch.cuda.memory_reserved(),
+                    torch.cuda.max_memory_allocated())
+        return (0, 0, 0)
+
+    def _cuda_mark(self, name: str) -> None:
+        if self.events is None:
+            if not torch.cuda.is_initialized():
+                return
+            from fastmon.probe.cuda_timing import EventRing
+
+            self.events = EventRing()
+        self.events.mark(name)
+
+    def put(self, item) -> None:
+        self.publisher.put(item)
+
+    def message(self, message: dict) -> None:
+        self.publisher.message(message)
+
+    def fact(self, key: str, value) -> None:
+        if self.sent_facts.get(key) != value:
+            self.sent_facts[key] = value
+            self.message({"t": "fact", "key": key, "value": value, "rank": self.rank, "step": self.clock.step})
+
+    def event(self, kind: str, **fields) -> None:
+        self.message({"t": "event", "kind": kind, "rank": self.rank, "step": self.clock.step, **fields})
+
+    def report_fault(self, part: str, exc: BaseException) -> None:
+        if part in self.faults:
+            return
+        self.faults.add(part)
+        self.event("probe_fault", part=part, error=describe(exc))
+        try:
+            sys.stderr.write(f"fastmon: the probe's {part!r} hooks hit an internal error and are now off "
+                             f"(your training is unaffected): {describe(exc)}\n")
+        except Exception:
+            pass
+
+
+def install(channel_path: str | None = None) -> Probe:
+    global _PROBE
+    if _PROBE is None:
+        _PROBE = Probe(channel_path)
+        _PROBE.start()
+    return _PROBE
+
+
+def current() -> Probe | None:
+    return _PROBE
