@@ -22,6 +22,7 @@ from fastmon.advisor import Facts, Window, advise
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
 from fastmon.phases import STEP_FIELDS
+from fastmon.probe.publisher import steps_from_wire
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.samplers import GpuSampler, HostSampler
 
@@ -160,7 +161,7 @@ class Session:
         with self.lock:
             state = self.state
             if kind == "steps":
-                for row in message["rows"]:
+                for row in steps_from_wire(message):
                     rank_state = state.ranks.setdefault(row[_RANK], RankState())
                     rank_state.rows.append(row)
                     rank_state.steps += 1

@@ -67,6 +67,8 @@ class BackwardPart(Part):
     def before(self, tensors) -> None:
         probe = self.probe
         clock = probe.clock
+        if probe.optimizer_part.fallback and clock.backwards_since_step:
+            probe.end_step()  # no optimizer, no batch or forward seen in between: one step per backward
         loss = tensors if isinstance(tensors, torch.Tensor) else None
         if loss is not None and loss.grad_fn is not None and not self.retained_reported:
             self.watch.append((clock.step, weakref.ref(loss), user_frame(3)))

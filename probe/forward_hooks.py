@@ -101,6 +101,8 @@ class ForwardPart(Part):
                     clock.reclassify_gap_as_data_wait()
                 if self.root_has_params[key] and args:
                     clock.samples += batch_size_of(args[0])
+            if self.root_has_params[key]:
+                clock.micro_batches += 1
             clock.forwards += 1
         else:
             clock.eval_forwards += 1

@@ -4,13 +4,13 @@ A step ends when ``optimizer.step()`` returns. ``step`` with a closure runs forw
 backward inside it; the clock charges those to forward/backward, the rest to optimizer.
 GradScaler skips ``optimizer.step`` on overflow, so its ``update`` also ends a step that
 had none. A process that never creates an optimizer (manual SGD) is in *fallback*
-mode: a step ends when the next batch or training forward starts after a backward.
+mode: a step ends when the next batch, training forward or backward starts after a
+backward.
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
 
 import torch
 import torch.optim.optimizer as optim_module
@@ -30,7 +30,6 @@ class OptimizerPart(Part):
         self.created = 0
         self.depth = 0
         self.handles: list = []
-        self.seen: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
         self.steps_since_update = 0
         self.force_set_to_none = False
         self.zero_grad_reported = False
@@ -101,18 +100,22 @@ class OptimizerPart(Part):
     def _pre(self, optimizer, args, kwargs):
         if not self.on or threading.get_ident() != self.main_thread:
             return None
-        try:
-            self.depth += 1
-            if self.depth == 1:
-                if optimizer not in self.seen:
-                    self.seen.add(optimizer)
-                    if not self.created:
-                        self.created = 1
-                    self.probe.fact(f"optimizer.{type(optimizer).__name__}", facts.describe_optimizer(optimizer))
-                self.probe.clock.enter(OPTIMIZER)
-        except Exception as exc:
-            self.fail(exc)
+        self.depth += 1
+        if self.depth == 1:
+            try:
+                self.on_step_begin(optimizer)
+            except Exception as exc:
+                self.depth = 0
+                self.fail(exc)
         return None
+
+    def on_step_begin(self, optimizer) -> None:
+        if "_fastmon_seen" not in optimizer.__dict__:
+            optimizer.__dict__["_fastmon_seen"] = True
+            if not self.created:
+                self.created = 1
+            self.probe.fact(f"optimizer.{type(optimizer).__name__}", facts.describe_optimizer(optimizer))
+        self.probe.clock.enter(OPTIMIZER)
 
     def _post(self, optimizer, args, kwargs):
         if not self.on or threading.get_ident() != self.main_thread or self.depth == 0:

@@ -22,6 +22,18 @@ MAX_QUEUED = 50_000
 NS = 1e-9
 
 
+def steps_from_wire(message: dict) -> list[list]:
+    """Step rows as the monitor stores them (``STEP_FIELDS``, seconds) from the probe's
+    compact form: (step, end_ns, wall_ns, *phase_ns, *counters)."""
+    rank, perf0, wall0 = message["rank"], message["perf0"], message["wall0"]
+    n = len(PHASES)
+    out = []
+    for step, end_ns, wall_ns, *rest in message["rows"]:
+        out.append([rank, step, wall0 + (end_ns - perf0) * NS, wall_ns * NS,
+                    *(v * NS for v in rest[:n]), *rest[n:]])
+    return out
+
+
 class Publisher:
     def __init__(self, path: str | None, rank: int) -> None:
         self.rank = rank
@@ -63,18 +75,6 @@ class Publisher:
         self.put(message)
 
     # --- publisher thread side ------------------------------------------------------
-    def wall_time(self, perf_ns: int) -> float:
-        return self._wall0 + (perf_ns - self._perf0) * NS
-
-    def _step_dict_rows(self, rows: list[tuple]) -> list[list]:
-        out = []
-        for row in rows:
-            step, end_ns, wall_ns, *rest = row
-            phases = [round(v * NS, 9) for v in rest[: len(PHASES)]]
-            out.append([self.rank, step, round(self.wall_time(end_ns), 6), round(wall_ns * NS, 9),
-                        *phases, *rest[len(PHASES):]])
-        return out
-
     def _drain(self) -> list[dict]:
         rows, messages = [], []
         queue = self.queue
@@ -85,7 +85,9 @@ class Publisher:
             else:
                 messages.append(item)
         if rows:
-            messages.insert(0, {"t": "steps", "rows": self._step_dict_rows(rows)})
+            # Integers (nanoseconds) encode fastest; the monitor converts them (steps_from_wire).
+            messages.insert(0, {"t": "steps", "rank": self.rank, "perf0": self._perf0, "wall0": self._wall0,
+                                "rows": rows})
         return messages
 
     def flush(self) -> None:

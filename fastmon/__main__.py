@@ -1,0 +1,3 @@
+from fastmon.cli import entry
+
+entry()

@@ -1,0 +1,53 @@
+"""Helpers that run the real `fastmon` command on real scripts, in a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "scripts"
+EXAMPLES = ROOT / "examples"
+
+
+def fastmon_cmd(*args) -> list[str]:
+    return [sys.executable, "-m", "fastmon", *map(str, args)]
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTMON_")}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def run_fastmon(tmp_path):
+    """Runs `fastmon ARGS` in tmp_path; returns the CompletedProcess."""
+
+    def run(*args, timeout: float = 240, **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(fastmon_cmd(*args), cwd=tmp_path, capture_output=True, text=True,
+                              timeout=timeout, env=clean_env(), stdin=subprocess.DEVNULL, **kwargs)
+
+    return run
+
+
+@pytest.fixture
+def report(tmp_path):
+    """`fastmon report --json` of the latest run in tmp_path, as a dict."""
+
+    def get(run: str = "latest") -> dict:
+        out = subprocess.run(fastmon_cmd("report", run, "--json"), cwd=tmp_path, capture_output=True, text=True,
+                             timeout=60, env=clean_env())
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    return get
+
+
+def run_dirs(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "fastmon-runs").glob("*"))

@@ -1,0 +1,100 @@
+"""Faults: a killed monitor, a killed trainer, a bug inside the probe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import SCRIPTS, clean_env, fastmon_cmd, run_dirs
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def recorded_steps(tmp_path) -> int:
+    runs = run_dirs(tmp_path)
+    if not runs or not (runs[0] / "run.sqlite").exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"file:{runs[0] / 'run.sqlite'}?mode=ro", uri=True)
+        return db.execute("SELECT COUNT(*) FROM steps").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_killing_the_monitor_leaves_training_running(tmp_path):
+    done = tmp_path / "done.txt"
+    monitor = subprocess.Popen(
+        fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "150", "--step-ms", "20",
+                    "--done-file", done),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    wait_for(lambda: recorded_steps(tmp_path) >= 10, 60, "the first steps to be recorded")
+    (trainer,) = psutil.Process(monitor.pid).children()
+    monitor.kill()
+    monitor.wait()
+    assert trainer.is_running()
+    wait_for(done.exists, 60, "the training to finish after the monitor died")
+    assert done.read_text() == "finished 150 steps\n"
+    # what it printed after the monitor's death is kept in the run folder
+    (run,) = run_dirs(tmp_path)
+    orphan = (run / "output-after-monitor-exit.log").read_text()
+    assert "step 149" in orphan
+
+
+def test_killing_the_trainer_leaves_a_readable_record(tmp_path):
+    monitor = subprocess.Popen(
+        fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "100000", "--step-ms", "10"),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(), text=True)
+    wait_for(lambda: recorded_steps(tmp_path) >= 50, 60, "steps to be recorded")
+    (trainer,) = psutil.Process(monitor.pid).children()
+    time.sleep(0.5)
+    trainer.kill()
+    stdout, stderr = monitor.communicate(timeout=60)
+    assert monitor.returncode == 128 + signal.SIGKILL
+    printed = [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("step ")]
+    steps = recorded_steps(tmp_path)
+    # every step up to the last publisher batch (100 ms, i.e. ~10 steps of ~10 ms) is there
+    assert steps >= printed[-1] + 1 - 15
+    out = subprocess.run(fastmon_cmd("report", "--json"), cwd=tmp_path, capture_output=True, text=True,
+                         env=clean_env(), timeout=60)
+    assert out.returncode == 0
+    assert '"exit_code": 137' in out.stdout
+
+
+@pytest.mark.parametrize("part", ["forward", "backward", "loader", "optimizer"])
+def test_a_fault_inside_the_probe_is_reported_once_and_changes_nothing(tmp_path, part):
+    plain = subprocess.run([sys.executable, SCRIPTS / "fault_injection.py"], capture_output=True, text=True,
+                           timeout=120, env=clean_env())
+    watched = subprocess.run(fastmon_cmd("run", "--headless", SCRIPTS / "fault_injection.py", "--break-part", part),
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120, env=clean_env())
+    assert watched.returncode == 0, watched.stderr
+    weights = [line for line in plain.stdout.splitlines() if line.startswith("weights")]
+    assert weights and weights[0] in watched.stdout.splitlines()
+    assert watched.stderr.count("hit an internal error and are now off") == 1
+    assert "injected fault" in watched.stderr
+    report = subprocess.run(fastmon_cmd("report", "--json"), cwd=tmp_path, capture_output=True, text=True,
+                            env=clean_env(), timeout=60)
+    assert '"probe_faults": [' in report.stdout and "injected fault" in report.stdout
+
+
+def test_probe_without_a_monitor_runs_the_script(tmp_path):
+    # python -m fastmon.probe works alone (no channel): records are dropped and counted
+    out = subprocess.run([sys.executable, "-m", "fastmon.probe", SCRIPTS / "exit_code.py", "--code", "5"],
+                         capture_output=True, text=True, timeout=120, env=clean_env(), cwd=tmp_path)
+    assert out.returncode == 5
+    assert "name __main__" in out.stdout
+    assert out.stderr == ""

@@ -1,0 +1,164 @@
+"""`fastmon run --headless` on real scripts: behaves like python, measures every step."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from conftest import EXAMPLES, SCRIPTS, run_dirs
+from fastmon.phases import PHASES, STEP_FIELDS
+
+
+def step_rows(tmp_path):
+    (run,) = run_dirs(tmp_path)
+    db = sqlite3.connect(run / "run.sqlite")
+    return [dict(zip(STEP_FIELDS, row)) for row in db.execute("SELECT * FROM steps ORDER BY step")]
+
+
+def test_starved_loader_is_data_wait(run_fastmon, report):
+    out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "1", "--samples", "960")
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    assert summary["steps"] == 30
+    assert summary["phases"]["data_wait"] > 0.6
+    assert summary["samples_per_s"] > 0 and summary["steps_per_s"] > 0
+    assert abs(sum(summary["phases"].values()) - 1) < 0.01
+    assert set(summary["phases"]) == set(PHASES)
+    assert summary["exit_code"] == 0
+    assert summary["advice"][0]["id"] == "dataloader.num_workers"
+    assert summary["applied"] == []  # headless defaults to --apply never
+    # the script's own output passed through
+    assert "epoch 0: loss" in out.stdout
+    assert "[fastmon] recording to" in out.stderr and "data_wait" in out.stderr
+
+
+def test_in_memory_data_is_not_data_wait(run_fastmon, report):
+    out = run_fastmon("run", "--headless", EXAMPLES / "healthy.py", "--epochs", "1", "--samples", "4096")
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    assert summary["phases"]["data_wait"] < 0.2
+    assert summary["advice"] == []
+
+
+def test_phases_add_up_to_each_step(run_fastmon, tmp_path):
+    out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "1", "--samples", "320")
+    assert out.returncode == 0, out.stderr
+    rows = step_rows(tmp_path)
+    assert len(rows) == 10
+    for row in rows:
+        assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"], rel=0.02)
+        assert row["samples"] == 32
+        assert row["data_wait"] > 0.05  # 32 samples x 2 ms
+    assert [r["step"] for r in rows] == list(range(10))
+
+
+def test_manual_sgd_counts_a_step_per_backward(run_fastmon, tmp_path):
+    out = run_fastmon("run", "--headless", SCRIPTS / "manual_sgd.py")
+    assert out.returncode == 0, out.stderr
+    assert "final loss" in out.stdout
+    rows = step_rows(tmp_path)
+    assert len(rows) == 39  # 40 backwards; the last step has no next one to end it
+    assert all(r["backward"] > 0 and r["forward"] == 0 for r in rows)  # plain tensors, no nn.Module
+
+
+def test_lbfgs_closure_time_goes_to_forward_and_backward(run_fastmon, tmp_path):
+    out = run_fastmon("run", "--headless", SCRIPTS / "lbfgs.py")
+    assert out.returncode == 0, out.stderr
+    rows = step_rows(tmp_path)
+    assert len(rows) == 10
+    for row in rows:
+        assert row["forward"] > 0 and row["backward"] > 0
+        assert row["optimizer"] > 0
+        assert row["micro_batches"] >= 1
+
+
+def test_gradient_accumulation_makes_one_step_of_four_batches(run_fastmon, tmp_path):
+    out = run_fastmon("run", "--headless", SCRIPTS / "accumulate.py")
+    assert out.returncode == 0, out.stderr
+    rows = step_rows(tmp_path)
+    assert len(rows) == 16
+    assert all(r["samples"] == 64 and r["micro_batches"] == 4 for r in rows)
+
+
+def test_custom_batch_function_is_data_wait(run_fastmon, report):
+    out = run_fastmon("run", "--headless", SCRIPTS / "custom_batches.py")
+    assert out.returncode == 0, out.stderr
+    assert report()["phases"]["data_wait"] > 0.5
+
+
+def test_lightning_fit_runs_unchanged(run_fastmon, tmp_path):
+    pytest.importorskip("pytorch_lightning")
+    out = run_fastmon("run", "--headless", SCRIPTS / "lightning_fit.py")
+    assert out.returncode == 0, out.stderr
+    assert "lightning steps 40" in out.stdout
+    rows = step_rows(tmp_path)
+    assert len(rows) == 40
+    assert all(r["samples"] == 32 for r in rows)
+    assert sum(r["forward"] for r in rows) > 0 and sum(r["data_wait"] for r in rows) > 0
+
+
+def test_script_sees_what_python_would_and_exit_code_passes(run_fastmon, report):
+    out = run_fastmon("run", "--headless", SCRIPTS / "exit_code.py", "--code", "3", "--steps", "4")
+    assert out.returncode == 3
+    assert f"argv ['{SCRIPTS / 'exit_code.py'}', '--code', '3', '--steps', '4']" in out.stdout
+    assert "name __main__" in out.stdout and "file exit_code.py" in out.stdout and "path0 scripts" in out.stdout
+    summary = report()
+    assert summary["exit_code"] == 3 and summary["steps"] == 4
+
+
+def test_uncaught_exception(run_fastmon, report):
+    out = run_fastmon("run", "--headless", SCRIPTS / "crash.py")
+    assert out.returncode == 1
+    assert "ValueError: bad metric at step 6" in out.stderr
+    assert 'crash.py", line 7, in broken_metric' in out.stderr
+    assert "runpy" not in out.stderr and "fastmon/probe" not in out.stderr
+    summary = report()
+    assert summary["steps"] == 7 and summary["exit_code"] == 1
+
+
+def test_missing_script(run_fastmon, tmp_path):
+    out = run_fastmon("run", "--headless", "no_such_script.py")
+    assert out.returncode == 2
+    assert "can't open file 'no_such_script.py'" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "fastmon-runs").exists()
+
+
+def test_syntax_error(run_fastmon, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\ndef f(:\n    pass\n")
+    out = run_fastmon("run", "--headless", bad)
+    assert out.returncode == 2
+    assert "syntax error" in out.stderr and "line 2" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_missing_module(run_fastmon):
+    out = run_fastmon("run", "--headless", "-m", "no_such_module_here")
+    assert out.returncode == 2
+    assert "no module named 'no_such_module_here'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_module_mode(run_fastmon, tmp_path, report):
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text((SCRIPTS / "exit_code.py").read_text())
+    out = run_fastmon("run", "--headless", "-m", "mypkg.train", "--steps", "3")
+    assert out.returncode == 0, out.stderr
+    assert "name __main__" in out.stdout
+    assert report()["steps"] == 3
+
+
+def test_report_of_a_missing_run(run_fastmon):
+    out = run_fastmon("report", "nowhere")
+    assert out.returncode == 66
+    assert "not a fastmon run folder" in out.stderr
+
+
+def test_unknown_option_is_a_usage_error(run_fastmon):
+    out = run_fastmon("run", "--frobnicate", "train.py")
+    assert out.returncode == 2
+    assert "unknown option '--frobnicate'" in out.stderr
