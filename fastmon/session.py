@@ -92,6 +92,7 @@ class Session:
         self.dismissed: set[str] = set()
         self.tried: set[str] = set()
         self._stop = threading.Event()
+        self._finish_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
     # --- start ------------------------------------------------------------------------
@@ -325,10 +326,15 @@ class Session:
 
     # --- the end ----------------------------------------------------------------------
     def wait(self) -> int:
+        """Wait for the training to end and close the record; safe to call from several
+        threads (the dashboard's worker and the launcher): the first one finishes."""
         code = self.proc.wait()
-        for thread in self._threads[:2]:  # the output pumps: everything printed is kept
-            thread.join(timeout=5)
-        return self.finish(code)
+        with self._finish_lock:
+            if self.state.ended is None:
+                for thread in self._threads[:2]:  # the output pumps: everything printed is kept
+                    thread.join(timeout=5)
+                self.finish(code)
+        return self.state.exit_code
 
     def finish(self, code: int) -> int:
         time.sleep(0.05)

@@ -1,0 +1,149 @@
+"""The dashboard, driven with Pilot: against a real training child, and over a recorded run."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, ROOT
+from fastmon.session import RunOptions, Session
+from fastmon.summary import summarize
+from fastmon.tui.app import FastmonApp
+from fastmon.tui.screens.advice_screen import AdviceScreen
+from fastmon.tui.screens.applied_screen import AppliedScreen
+from fastmon.tui.screens.help_screen import HelpScreen
+from fastmon.tui.screens.quit_screen import QuitScreen
+from fastmon.tui.snapshot import LiveSource, ReplaySource
+from fastmon.tui.widgets.advice_list import AdviceList
+from fastmon.tui.widgets.run_header import RunHeader
+from fastmon.tui.widgets.shares_bar import SharesBar
+
+RECORDED = ROOT / "tests" / "data" / "starved-run"
+
+
+def text_of(widget) -> str:
+    return str(widget.render())
+
+
+async def wait_until(pilot, predicate, timeout: float = 60.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("timed out waiting in the dashboard")
+        await pilot.pause(0.1)
+
+
+@pytest.fixture
+def live_session(tmp_path):
+    options = RunOptions(target=[str(EXAMPLES / "starved.py"), "--epochs", "2", "--samples", "3200"],
+                         apply="ask", runs_dir=str(tmp_path / "runs"))
+    session = Session(options)
+    session.start()
+    yield session
+    session.terminate()
+    session.wait()
+
+
+async def test_live_dashboard_follows_a_real_run_and_its_keys_work(live_session):
+    app = FastmonApp(LiveSource(live_session), session=live_session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        header = app.query_one(RunHeader)
+        await wait_until(pilot, lambda: app.snapshot is not None and app.snapshot.steps >= 8)
+        first = app.snapshot.steps
+        await wait_until(pilot, lambda: app.snapshot.steps > first + 3)
+        assert f"step {app.snapshot.steps}" in text_of(header)
+        assert "running" in text_of(header)
+        # the breakdown got steps and data_wait dominates
+        assert app.snapshot.buckets
+        assert "STARVED" in text_of(app.query_one(SharesBar))
+        gpu_text = text_of(app.query_one("#gpu-text"))
+        if not app.snapshot.gpu:
+            assert "no GPU" in gpu_text or "NVML" in gpu_text
+        # advice appears; `a` applies it as an experiment
+        advice = app.query_one(AdviceList)
+        await wait_until(pilot, lambda: advice.option_count > 0)
+        assert advice.selected_id == "dataloader.num_workers"
+        await pilot.press("a")
+        assert live_session.state.advice["dataloader.num_workers"]["status"] == "applying"
+        # p pauses the charts, not the training
+        await pilot.press("p")
+        assert app.paused
+        frozen = app.snapshot.steps
+        await pilot.pause(1.0)
+        assert app.snapshot.steps == frozen and live_session.state.ranks[0].steps > frozen
+        await pilot.press("p")
+        assert not app.paused
+        # ? help, c applied changes, enter detail: each a screen that escape closes
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("c")
+        assert isinstance(app.screen, AppliedScreen)
+        await pilot.press("escape")
+        await pilot.press("enter")
+        assert isinstance(app.screen, AdviceScreen)
+        await pilot.press("escape")
+        # q asks; d detaches (the training keeps going)
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("d")
+    assert app.return_value == "detach"
+    assert live_session.proc.poll() is None
+
+
+async def test_quit_can_stop_the_training(live_session):
+    app = FastmonApp(LiveSource(live_session), session=live_session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: app.snapshot is not None and app.snapshot.steps >= 3)
+        await pilot.press("q")
+        await pilot.press("s")
+        await wait_until(pilot, lambda: live_session.state.status != "running")
+    assert live_session.state.exit_code == 130  # Ctrl-C: KeyboardInterrupt, as python reports it
+    assert app.return_value is None
+
+
+async def test_the_dashboard_stays_after_the_end_and_shows_the_exit_code(tmp_path):
+    options = RunOptions(target=[str(ROOT / "tests" / "scripts" / "crash.py")], runs_dir=str(tmp_path / "runs"))
+    session = Session(options)
+    session.start()
+    app = FastmonApp(LiveSource(session), session=session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: session.state.status == "crashed" and app.snapshot.status == "crashed")
+        await pilot.pause(0.5)
+        assert "crashed, exit code 1" in text_of(app.query_one(RunHeader))
+        log = "\n".join(str(line.text) for line in app.query_one("#log").lines)
+        assert "ValueError: bad metric at step 6" in log
+        await pilot.press("q")
+    assert app.return_value is None
+
+
+async def test_replay_shows_the_numbers_of_the_report(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RECORDED, run)
+    report = summarize(run)
+    app = FastmonApp(ReplaySource(run))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.3)
+        header = text_of(app.query_one(RunHeader))
+        assert f"step {report['steps']}" in header
+        assert f"{report['steps_per_s']:,.2f} steps/s" in header
+        assert f"{report['samples_per_s']:,.1f} samples/s" in header
+        assert app.snapshot.run["phases"] == report["phases"]
+        await pilot.press("home")
+        assert app.source.position == 1
+        await pilot.press("right")
+        assert app.source.position == 2
+        await pilot.press("end")
+        assert app.source.position == report["steps"]
+        await pilot.press("q")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_main_screen_snapshot(snap_compare, tmp_path, size):
+    run = tmp_path / "run"
+    shutil.copytree(RECORDED, run)
+    assert snap_compare(FastmonApp(ReplaySource(run)), terminal_size=size)

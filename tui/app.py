@@ -1,0 +1,242 @@
+"""The fastmon dashboard app, over a live session or a recorded run."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Static
+
+from fastmon.tui.messages import ApplyAdvice, DismissAdvice, RunEnded
+from fastmon.tui.screens.advice_screen import AdviceScreen
+from fastmon.tui.screens.applied_screen import AppliedScreen
+from fastmon.tui.screens.help_screen import HelpScreen
+from fastmon.tui.screens.quit_screen import QuitScreen
+from fastmon.tui.widgets.advice_list import AdviceList
+from fastmon.tui.widgets.gpu_panel import GpuPanel
+from fastmon.tui.widgets.host_panel import HostPanel
+from fastmon.tui.widgets.log_pane import LogPane
+from fastmon.tui.widgets.run_header import RunHeader
+from fastmon.tui.widgets.shares_bar import SharesBar
+from fastmon.tui.widgets.step_breakdown import StepBreakdown
+
+REDRAW_EVERY = 0.25  # seconds: charts redraw at 4 Hz whatever the step rate
+NARROW_WIDTH = 120
+SHORT_HEIGHT = 36
+
+
+class FastmonApp(App[str | None]):
+    """Returns "detach" when the user detaches from a running training, else None."""
+
+    CSS_PATH = "fastmon.tcss"
+    TITLE = "fastmon"
+    BINDINGS = [
+        Binding("q", "quit_app", "Quit"),
+        Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
+        Binding("a", "apply", "Apply"),
+        Binding("d", "dismiss_advice", "Dismiss"),
+        Binding("enter", "detail", "Detail", show=False),
+        Binding("c", "applied", "Applied"),
+        Binding("p", "pause", "Pause charts"),
+        Binding("question_mark", "help", "Help"),
+        # Replay's scrubber: priority over the advice list, and only in replay (check_action).
+        Binding("left", "scrub(-1)", "Step -", priority=True),
+        Binding("right", "scrub(1)", "Step +", priority=True),
+        Binding("shift+left", "scrub(-10)", show=False, priority=True),
+        Binding("shift+right", "scrub(10)", show=False, priority=True),
+        Binding("home", "scrub_to(0)", show=False, priority=True),
+        Binding("end", "scrub_to(-1)", show=False, priority=True),
+    ]
+
+    def __init__(self, source, session=None, exit_on_finish: bool = False) -> None:
+        super().__init__()
+        self.source = source
+        self.session = session
+        self.exit_on_finish = exit_on_finish
+        self.paused = False
+        self.snapshot = None
+        self.stopping = False
+        self.redraws = 0
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="header")
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield StepBreakdown(id="breakdown")
+                yield SharesBar(id="shares")
+                with Horizontal(id="panels"):
+                    yield GpuPanel(id="gpu-panel")
+                    yield HostPanel(id="host-panel")
+            with Vertical(id="right"):
+                yield Static("Advice  (enter: detail · a: apply · d: dismiss)", classes="title")
+                yield AdviceList(id="advice")
+                yield Static("Output", classes="title", id="log-title")
+                yield LogPane(id="log")
+        yield Static(id="ranks")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#breakdown").border_title = "where the step goes"
+        self._layout_for(self.size.width, self.size.height)
+        self.redraw()
+        self.set_interval(REDRAW_EVERY, self.redraw)
+        if self.session is not None:
+            self.wait_for_training()
+
+    def on_resize(self, event) -> None:
+        self._layout_for(event.size.width, event.size.height)
+
+    def _layout_for(self, width: int, height: int) -> None:
+        self.screen.set_class(width < NARROW_WIDTH, "narrow")
+        self.screen.set_class(height < SHORT_HEIGHT, "short")
+
+    # --- drawing ----------------------------------------------------------------------
+    def redraw(self) -> None:
+        log = self.query_one(LogPane)
+        chunks = self.source.new_output()
+        if chunks:
+            log.add(chunks)
+        if self.paused or isinstance(self.screen, (HelpScreen, AdviceScreen, AppliedScreen, QuitScreen)):
+            return
+        snap = self.source.snapshot()
+        if self.stopping and snap.status == "running":
+            snap.status = "stopping"
+        self.snapshot = snap
+        with self.batch_update():
+            self.query_one(RunHeader).show(snap)
+            self.query_one(StepBreakdown).show(snap)
+            self.query_one(SharesBar).show(snap)
+            self.query_one(GpuPanel).show(snap)
+            self.query_one(HostPanel).show(snap)
+            self.query_one(AdviceList).show(snap.advice)
+            ranks = self.query_one("#ranks", Static)
+            ranks.display = bool(snap.ranks)
+            if snap.ranks:
+                ranks.update(rank_line(snap))
+        self.redraws += 1
+
+    # --- the training process ----------------------------------------------------------
+    @work(thread=True, exclusive=True, group="training")
+    def wait_for_training(self) -> None:
+        code = self.session.wait()
+        self.post_message(RunEnded(code))
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        self.query_one(LogPane).add(self.source.new_output())
+        self.query_one(LogPane).flush_partial()
+        self.paused = False
+        self.redraw()
+        if self.exit_on_finish or self.stopping:
+            self.exit(None)
+        else:
+            self.notify(f"The script ended with exit code {message.exit_code}. q quits.",
+                        severity="information" if message.exit_code == 0 else "error", timeout=8)
+
+    @property
+    def running(self) -> bool:
+        return self.session is not None and self.session.state.status == "running"
+
+    # --- actions ----------------------------------------------------------------------
+    def action_quit_app(self) -> None:
+        if not self.running:
+            self.exit(None)
+            return
+
+        def chosen(choice: str | None) -> None:
+            if choice == "stop":
+                self.stopping = True
+                self.session.interrupt()
+                self.notify("Stopping the training (Ctrl-C sent)…")
+            elif choice == "detach":
+                self.exit("detach")
+
+        self.push_screen(QuitScreen(), chosen)
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.notify("Charts paused (training continues)" if self.paused else "Charts resumed", timeout=2)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def _selected(self) -> dict | None:
+        advice_id = self.query_one(AdviceList).selected_id
+        if advice_id is None or self.snapshot is None:
+            return None
+        return next((a for a in self.snapshot.advice if a["id"] == advice_id), None)
+
+    def _can_apply(self, advice: dict) -> bool:
+        return bool(advice.get("apply")) and self.running and advice.get("status") == "open"
+
+    def action_detail(self) -> None:
+        advice = self._selected()
+        if advice is None:
+            return
+
+        def chosen(choice: str | None) -> None:
+            if choice == "apply":
+                self.post_message(ApplyAdvice(advice["id"]))
+            elif choice == "dismiss":
+                self.post_message(DismissAdvice(advice["id"]))
+
+        self.push_screen(AdviceScreen(advice, self._can_apply(advice)), chosen)
+
+    @on(AdviceList.OptionSelected)
+    def _open_detail(self) -> None:
+        self.action_detail()
+
+    def action_apply(self) -> None:
+        advice = self._selected()
+        if advice is not None:
+            self.post_message(ApplyAdvice(advice["id"]))
+
+    def action_dismiss_advice(self) -> None:
+        advice = self._selected()
+        if advice is not None:
+            self.post_message(DismissAdvice(advice["id"]))
+
+    def action_applied(self) -> None:
+        self.push_screen(AppliedScreen(self.snapshot.applied if self.snapshot else []))
+
+    def on_apply_advice(self, message: ApplyAdvice) -> None:
+        advice = next((a for a in (self.snapshot.advice if self.snapshot else []) if a["id"] == message.advice_id), None)
+        if advice is None or not advice.get("apply"):
+            self.notify("This advice is a code change: enter shows how to fix it.", severity="warning")
+        elif not self.running:
+            self.notify("The training is not running: nothing to apply to.", severity="warning")
+        elif advice.get("status") != "open":
+            self.notify(f"{advice['id']} is {advice.get('status')}.", severity="warning")
+        elif self.session.apply(message.advice_id):
+            self.notify(f"Applying {message.advice_id}: measuring before and after…")
+        else:
+            self.notify("Another change is being measured; try again when it is done.", severity="warning")
+        self.redraw()
+
+    def on_dismiss_advice(self, message: DismissAdvice) -> None:
+        if self.session is not None:
+            self.session.dismiss(message.advice_id)
+        self.redraw()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action in ("scrub", "scrub_to"):
+            return self.source.replay and self.screen is self.screen_stack[0]
+        if action in ("apply", "dismiss_advice"):
+            return not self.source.replay
+        return True
+
+    def action_scrub(self, delta: int) -> None:
+        total = len(self.source.rows)
+        self.source.move(delta * max(total // 100, 1))
+        self.redraw()
+
+    def action_scrub_to(self, position: int) -> None:
+        self.source.jump(len(self.source.rows) if position < 0 else 1)
+        self.redraw()
+
+
+def rank_line(snap) -> str:
+    cells = [f"rank {r['rank']}: {r['steps_per_s']:.1f} steps/s, step {r['step_ms']['median']:.1f} ms, "
+             f"data {r['phases']['data_wait']:.0%}" for r in snap.ranks]
+    straggler = f"  ▶ straggler: rank {snap.straggler}" if snap.straggler is not None else "  no straggler"
+    return " │ ".join(cells) + straggler

@@ -1,0 +1,43 @@
+"""Start the dashboard over a new session (``fastmon run``) or a recorded run (``replay``)."""
+
+from __future__ import annotations
+
+import sys
+
+from fastmon.tui.app import FastmonApp
+from fastmon.tui.snapshot import LiveSource, ReplaySource
+
+
+def run_dashboard(options, exit_on_finish: bool = False) -> int:
+    from fastmon.headless import StatusPrinter
+    from fastmon.session import Session
+
+    session = Session(options, passthrough=False)
+    session.start()
+    app = FastmonApp(LiveSource(session), session=session, exit_on_finish=exit_on_finish)
+    result = app.run()
+    if result == "detach" and session.state.status == "running":
+        # The dashboard is gone; the training finishes here, headless, still recorded.
+        with session.lock:
+            session.state.status = "running"
+        session.passthrough = True
+        sys.stderr.write(f"[fastmon] detached: the training goes on, recorded in {session.run_dir}\n")
+        printer = StatusPrinter(session)
+        printer.start()
+        code = session.wait()
+        printer.stop()
+        return code
+    if session.proc is not None and session.proc.poll() is None:
+        code = session.wait()
+    else:
+        code = session.state.exit_code if session.state.exit_code is not None else session.wait()
+    from fastmon.report import format_text
+    from fastmon.summary import summarize
+
+    sys.stderr.write(format_text(summarize(session.run_dir)) + "\n")
+    return code
+
+
+def run_replay(run_dir) -> int:
+    FastmonApp(ReplaySource(run_dir)).run()
+    return 0

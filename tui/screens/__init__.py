@@ -1,0 +1,1 @@
+"""The dashboard's modal screens, one per module."""

@@ -1,0 +1,28 @@
+"""`q` while training runs: stop it, detach (it finishes headless, still recorded), or stay."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label
+
+
+class QuitScreen(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Stay"), Binding("s", "choose('stop')", "Stop"),
+                Binding("d", "choose('detach')", "Detach")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="quit-box"):
+            yield Label("The training is still running. Records keep being written either way.")
+            with Horizontal(id="quit-buttons"):
+                yield Button("Stop training [s]", id="stop", variant="error")
+                yield Button("Detach, let it finish [d]", id="detach", variant="primary")
+                yield Button("Stay [esc]", id="stay")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None if event.button.id == "stay" else event.button.id)
+
+    def action_choose(self, choice: str) -> None:
+        self.dismiss(choice)

@@ -1,0 +1,214 @@
+"""What the screen shows at one moment, from a live session or a recorded run."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from fastmon.advisor.window import Window
+from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.summary import straggler, window_summary
+
+CHART_BUCKETS = 60
+CHART_STEPS = 600  # the chart shows the last this many steps, in CHART_BUCKETS bars
+RECENT_STEPS = 100
+_I = {name: i for i, name in enumerate(STEP_FIELDS)}
+_EPOCHS_ARG = re.compile(r"^--(?:max[-_]|num[-_])?epochs?(?:=(\d+))?$")
+
+
+@dataclass
+class Snapshot:
+    title: str = ""
+    status: str = "starting"
+    exit_code: int | None = None
+    elapsed: float = 0.0
+    steps: int = 0
+    run: dict = field(default_factory=dict)  # window_summary of every step so far
+    recent: Window = field(default_factory=Window)
+    buckets: list = field(default_factory=list)  # [{phase: ms}] oldest first
+    bucket_steps: int = 1
+    epoch: int | None = None
+    epochs_total: int | None = None
+    eta_s: float | None = None
+    host: dict = field(default_factory=dict)
+    gpu: list = field(default_factory=list)  # latest sample per device
+    gpu_history: dict = field(default_factory=dict)  # index -> {"util": [...], "mem": [...]}
+    gpu_note: str = ""
+    torch_memory: dict = field(default_factory=dict)
+    advice: list = field(default_factory=list)
+    applied: list = field(default_factory=list)
+    ranks: list = field(default_factory=list)
+    straggler: int | None = None
+    replay: tuple | None = None  # (position, last) in replay mode
+    dropped: int = 0
+
+
+def chart_buckets(rows: list) -> tuple[list[dict], int]:
+    rows = rows[-CHART_STEPS:]
+    if not rows:
+        return [], 1
+    per = max(1, -(-len(rows) // CHART_BUCKETS))
+    out = []
+    for start in range(0, len(rows), per):
+        chunk = rows[start:start + per]
+        out.append({p: sum(r[_I[p]] for r in chunk) / len(chunk) * 1e3 for p in PHASES})
+    return out, per
+
+
+def epochs_from_argv(argv: list[str]) -> int | None:
+    """``--epochs N`` (or --max-epochs / --num-epochs) in the script's arguments, if any."""
+    for i, arg in enumerate(argv):
+        match = _EPOCHS_ARG.match(arg)
+        if match:
+            value = match.group(1) or (argv[i + 1] if i + 1 < len(argv) else "")
+            if value.isdigit():
+                return int(value)
+    return None
+
+
+def training_loader(facts: dict) -> dict | None:
+    loaders = [v for k, v in facts.items() if k.startswith("loader.") and isinstance(v, dict)]
+    return max(loaders, key=lambda l: (l.get("epochs", 0), l.get("len") or 0)) if loaders else None
+
+
+def fill_progress(snap: Snapshot, facts: dict, argv: list[str]) -> None:
+    loader = training_loader(facts)
+    snap.epochs_total = epochs_from_argv(argv)
+    if loader is None:
+        return
+    snap.epoch = loader.get("epochs")
+    per_epoch = loader.get("len")
+    rate = snap.recent.steps_per_s
+    if snap.epochs_total and per_epoch and rate > 0 and snap.status == "running":
+        remaining = snap.epochs_total * per_epoch - snap.steps
+        snap.eta_s = max(remaining, 0) / rate
+
+
+def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
+    if len(rank_rows) < 2:
+        return [], None
+    ranks = [{"rank": rank, **window_summary(Window.from_rows(rows[-RECENT_STEPS:]))}
+             for rank, rows in sorted(rank_rows.items())]
+    return ranks, straggler(ranks)
+
+
+def build(*, title, status, exit_code, elapsed, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
+          advice, applied, dropped, replay=None) -> Snapshot:
+    snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=len(rows),
+                    gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host)
+    snap.run = window_summary(Window.from_rows(rows))
+    snap.recent = Window.from_rows(rows[-RECENT_STEPS:])
+    snap.buckets, snap.bucket_steps = chart_buckets(rows)
+    if rows:
+        last = rows[-1]
+        snap.torch_memory = {"allocated": last[_I["mem_alloc"]], "reserved": last[_I["mem_reserved"]],
+                             "peak": max(r[_I["mem_peak"]] or 0 for r in rows[-RECENT_STEPS:])}
+    if gpu_samples:
+        snap.gpu = gpu_samples[-1]
+        for sample in gpu_samples[-120:]:
+            for d in sample:
+                hist = snap.gpu_history.setdefault(d["index"], {"util": [], "mem": []})
+                hist["util"].append(d.get("util") or 0)
+                total = d.get("mem_total") or 1
+                hist["mem"].append(100.0 * (d.get("mem_used") or 0) / total)
+    fill_progress(snap, facts, argv)
+    snap.ranks, snap.straggler = rank_table(rank_rows)
+    return snap
+
+
+class LiveSource:
+    """Snapshots of a running :class:`fastmon.session.Session`."""
+
+    replay = False
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.title = " ".join(session.options.target)
+        self._output_seen = 0
+
+    def snapshot(self) -> Snapshot:
+        session = self.session
+        state = session.state
+        with session.lock:
+            rank_rows = {rank: list(rs.rows) for rank, rs in state.ranks.items()}
+            facts = dict(state.facts)
+            host = dict(state.host)
+            gpu = list(state.gpu)
+            advice = [dict(a) for a in state.advice.values()]
+            applied = list(state.applied)
+            status, exit_code, dropped = state.status, state.exit_code, state.dropped
+            elapsed = (state.ended or time.time()) - state.started
+        rows = rank_rows.get(min(rank_rows), []) if rank_rows else []
+        argv = list(session.options.target[2:] if session.options.target[0] == "-m" else session.options.target[1:])
+        return build(title=self.title, status=status, exit_code=exit_code, elapsed=elapsed, rows=rows,
+                     rank_rows=rank_rows, facts=facts, argv=argv, host=host, gpu_samples=gpu,
+                     gpu_note=session.gpu.note, advice=advice, applied=applied, dropped=dropped)
+
+    def new_output(self) -> list[tuple[str, str]]:
+        state = self.session.state
+        with self.session.lock:
+            fresh = state.output_seq - self._output_seen
+            self._output_seen = state.output_seq
+            if fresh <= 0:
+                return []
+            return list(state.output)[-fresh:]
+
+
+class ReplaySource:
+    """Snapshots of a recorded run, at a scrubbable step position."""
+
+    replay = True
+
+    def __init__(self, run_dir) -> None:
+        from fastmon.records import RunRecord
+
+        record = RunRecord(run_dir)
+        try:
+            self.meta = record.meta()
+            all_rows = [list(r) for r in record.steps()]
+            self.facts = record.facts()
+            self.host = record.samples("host")
+            self.gpu = record.samples("gpu")
+            self.advice = record.advice()
+            self.applied = record.applied()
+            self.log = record.log()
+        finally:
+            record.close()
+        self.rank_rows: dict[int, list] = {}
+        for row in all_rows:
+            self.rank_rows.setdefault(row[_I["rank"]], []).append(row)
+        self.rows = self.rank_rows.get(min(self.rank_rows), []) if self.rank_rows else []
+        self.position = len(self.rows)  # steps shown: rows[:position]
+        self.title = " ".join(self.meta.get("target") or []) or str(run_dir)
+        self._log_sent = False
+
+    def move(self, delta: int) -> None:
+        self.position = min(max(self.position + delta, 1 if self.rows else 0), len(self.rows))
+
+    def jump(self, position: int) -> None:
+        self.move(position - self.position)
+
+    def snapshot(self) -> Snapshot:
+        rows = self.rows[:self.position]
+        t = rows[-1][_I["t_end"]] if rows else 0.0
+        at_end = self.position == len(self.rows)
+        host = next((s for ts, _, s in reversed(self.host) if ts <= t), self.host[-1][2] if self.host else {})
+        gpu = [s for ts, _, s in self.gpu if ts <= t] if not at_end else [s for _, _, s in self.gpu]
+        exit_code = self.meta.get("exit_code")
+        status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
+        target = self.meta.get("target") or []
+        argv = target[2:] if target[:1] == ["-m"] else target[1:]
+        rank_rows = {rank: [r for r in rs if r[_I["t_end"]] <= t] for rank, rs in self.rank_rows.items()}
+        started = self.meta.get("started") or (rows[0][_I["t_end"]] if rows else 0)
+        return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
+                     elapsed=max(t - started, 0.0), rows=rows, rank_rows=rank_rows, facts=self.facts, argv=argv,
+                     host=host, gpu_samples=gpu, gpu_note=self.meta.get("gpu_note") or "", advice=self.advice,
+                     applied=self.applied, dropped=self.meta.get("dropped", 0),
+                     replay=(self.position, len(self.rows)))
+
+    def new_output(self) -> list[tuple[str, str]]:
+        if self._log_sent:
+            return []
+        self._log_sent = True
+        return [(stream, text) for _, stream, text in self.log]

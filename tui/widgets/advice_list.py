@@ -1,0 +1,43 @@
+"""The live advice: title, evidence in numbers, estimated gain and status, best first."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+
+def advice_line(a: dict) -> Text:
+    text = Text()
+    gain = a.get("est_gain")
+    text.append(f"{'≤' + format(gain, '.1f') + 'x' if gain else '    '} ", style="bold green" if gain else "")
+    text.append(a["title"], style="bold")
+    status = a.get("status", "open")
+    if status != "open":
+        style = "cyan" if "kept" in status else "yellow" if status == "applying" else "dim"
+        text.append(f"  [{status}]", style=style)
+    elif a.get("action") == "hot_apply":
+        text.append("  [a: apply]", style="green")
+    text.append(f"\n  {a['evidence']}", style="dim")
+    return text
+
+
+class AdviceList(OptionList):
+    def show(self, advice: list[dict]) -> None:
+        ordered = sorted(advice, key=lambda a: (a.get("status") == "dismissed", -(a.get("est_gain") or 1.0)))
+        ids = [a["id"] for a in ordered]
+        current = [option.id for option in self.options]
+        highlighted = self.highlighted_option.id if self.highlighted_option is not None else None
+        if ids == current:
+            for a in ordered:
+                self.replace_option_prompt(a["id"], advice_line(a))
+            return
+        self.clear_options()
+        self.add_options([Option(advice_line(a), id=a["id"]) for a in ordered])
+        if ordered:
+            self.highlighted = ids.index(highlighted) if highlighted in ids else 0
+
+    @property
+    def selected_id(self) -> str | None:
+        option = self.highlighted_option
+        return option.id if option is not None else None

@@ -1,0 +1,47 @@
+"""The header: what runs, how far it is, how fast, and its state."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+STATUS_STYLE = {"running": "bold green", "starting": "yellow", "finished": "bold cyan", "crashed": "bold red",
+                "detached": "yellow", "stopping": "bold yellow", "replay": "bold magenta", "ended": "bold cyan"}
+
+
+def clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def status_text(snap) -> str:
+    if snap.status == "finished":
+        return f"finished, exit code {snap.exit_code}"
+    if snap.status == "crashed":
+        return f"crashed, exit code {snap.exit_code}"
+    if snap.replay is not None and snap.status == "replay":
+        return f"replay, step {snap.replay[0]} of {snap.replay[1]}"
+    return snap.status
+
+
+class RunHeader(Static):
+    def show(self, snap) -> None:
+        line1 = Text()
+        line1.append(" fastmon ", style="bold reverse")
+        line1.append(f" {snap.title} ", style="bold")
+        line1.append(f" {status_text(snap)} ", style=STATUS_STYLE.get(snap.status, "bold"))
+        line1.append(f"  elapsed {clock(snap.elapsed)}")
+        run, recent = snap.run, snap.recent
+        line2 = Text(f" step {snap.steps}")
+        if snap.epoch:
+            line2.append(f" · epoch {snap.epoch}" + (f"/{snap.epochs_total}" if snap.epochs_total else ""))
+        if snap.status in ("running", "stopping"):
+            line2.append(f" · now {recent.steps_per_s:,.1f} steps/s, {recent.samples_per_s:,.0f} samples/s")
+        line2.append(f" · run {run.get('steps_per_s', 0):,.2f} steps/s, {run.get('samples_per_s', 0):,.1f} samples/s",
+                     style="bold")
+        if snap.eta_s is not None:
+            line2.append(f" · ETA {clock(snap.eta_s)}")
+        if snap.dropped:
+            line2.append(f" · {snap.dropped} records dropped", style="yellow")
+        self.update(Text("\n").join([line1, line2]))
