@@ -59,7 +59,7 @@ async def test_live_dashboard_follows_a_real_run_and_its_keys_work(live_session)
         assert "running" in text_of(header)
         # the breakdown got steps and data_wait dominates
         assert app.snapshot.buckets
-        assert "STARVED" in text_of(app.query_one(SharesBar))
+        assert "STARVED" in str(app.query_one(SharesBar).render())
         gpu_text = text_of(app.query_one("#gpu-text"))
         if not app.snapshot.gpu:
             assert "no GPU" in gpu_text or "NVML" in gpu_text
@@ -146,4 +146,7 @@ async def test_replay_shows_the_numbers_of_the_report(tmp_path):
 def test_main_screen_snapshot(snap_compare, tmp_path, size):
     run = tmp_path / "run"
     shutil.copytree(RECORDED, run)
-    assert snap_compare(FastmonApp(ReplaySource(run)), terminal_size=size)
+    async def settle(pilot) -> None:
+        await pilot.pause(0.6)  # two redraw ticks after the first layout
+
+    assert snap_compare(FastmonApp(ReplaySource(run)), terminal_size=size, run_before=settle)

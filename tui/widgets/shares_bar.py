@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
 
 from fastmon.phases import PHASES
 from fastmon.tui.colors import PHASE_COLORS, PHASE_LABELS, STARVED_SHARE
 
 
-class SharesBar(Static):
+class SharesBar(Widget):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.shares = {p: 0.0 for p in PHASES}
+
     def show(self, snap) -> None:
-        shares = snap.recent.shares
-        width = max(self.size.width - 2, 20)
+        self.shares = snap.recent.shares
+        self.refresh()
+
+    def render(self) -> Text:
+        shares = self.shares
+        width = max(self.content_size.width, 1)
         bar = Text()
         used = 0
         for i, phase in enumerate(PHASES):
@@ -28,4 +36,4 @@ class SharesBar(Static):
             legend.append("■ ", style=PHASE_COLORS[phase])
             legend.append(f"{PHASE_LABELS[phase]} {shares[phase]:.0%}  ",
                           style="bold" if shares[phase] >= 0.25 else "")
-        self.update(Text("\n").join([bar, legend]))
+        return Text("\n").join([bar, legend])

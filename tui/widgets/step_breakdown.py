@@ -19,5 +19,8 @@ class StepBreakdown(PlotextPlot):
             series = [[bucket[p] for bucket in snap.buckets] for p in PHASES]
             # No legend inside the plot (it hides bars): the shares bar below is the legend.
             plt.stacked_bar(x, series, color=[PHASE_COLORS[p] for p in PHASES], width=0.9)
+            # Explicit ticks: plotext's own choice for bar charts varies from run to run.
+            every = max(len(x) // 6, 1)
+            plt.xticks(x[::every], [str(v) for v in x[::every]])
             plt.xlabel("step")
         self.refresh()
