@@ -34,8 +34,8 @@ class SmallConvNet(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=2048)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=16384)
     args = parser.parse_args()
 
     torch.manual_seed(0)

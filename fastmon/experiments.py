@@ -66,7 +66,7 @@ class Experiment:
     def result(self) -> dict:
         params, after = self.best()
         return {"exp": self.exp, "id": self.advice_id, "action": self.action, "step": self.started_step,
-                "params": self.final_params if self.final_params is not None else params,
+                "params": self.final_params or params or self.live_params or self.candidates[0],
                 "tried": [{"params": p, "samples_per_s": round(s, 2)} for p, s in self.trials],
                 "before_samples_per_s": round(self.baseline, 2),
                 "after_samples_per_s": round(after, 2) if self.trials else None,

@@ -66,8 +66,10 @@ def format_text(s: dict) -> str:
         lines.append("  applied live:")
         for a in s["applied"]:
             after = a.get("after_samples_per_s")
-            lines.append(f"   • {a['id']} {a.get('params')} at step {a['step']}: {a['before_samples_per_s']:,.1f} → "
-                         f"{after if after is not None else '?'} samples/s — {'kept' if a['kept'] else 'reverted'}"
+            measured = (f"{a['before_samples_per_s']:,.1f} → {after:,.1f} samples/s ({a['speedup']:.2f}x)"
+                        if after is not None else f"{a['before_samples_per_s']:,.1f} samples/s before, after not measured")
+            verdict = "kept" if a["kept"] else "failed" if a.get("state") == "failed" else "reverted"
+            lines.append(f"   • {a['id']} {a.get('params')} at step {a['step']}: {measured} — {verdict}"
                          + (f" ({a['error']})" if a.get("error") else ""))
     if s["permanent_changes"]:
         lines.append("")

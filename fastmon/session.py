@@ -350,7 +350,9 @@ class Session:
         with self.lock:
             active = self.experiments.active
             if active is not None:
-                active.state, active.kept = "incomplete", bool(active.trials)
+                # Whatever was applied stayed in effect until the end: that is what "kept" says.
+                applied = active.measure_from is not None or bool(active.trials)
+                active.state, active.kept = "incomplete", applied and active.state != "reverting"
                 active.error = "the run ended before the measurement finished"
                 self.experiments.active = None
                 self._experiment_done(active.result())

@@ -116,6 +116,11 @@ class OptimizerPart(Part):
                 self.created = 1
             self.probe.fact(f"optimizer.{type(optimizer).__name__}", facts.describe_optimizer(optimizer))
         self.probe.clock.enter(OPTIMIZER)
+        checks = self.probe.checks_part
+        try:
+            checks.before_optimizer_step(optimizer)
+        except Exception as exc:
+            checks.fail(exc)
 
     def _post(self, optimizer, args, kwargs):
         if not self.on or threading.get_ident() != self.main_thread or self.depth == 0:

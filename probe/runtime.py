@@ -11,6 +11,7 @@ import torch
 from fastmon.probe import facts
 from fastmon.probe.autograd_hooks import BackwardPart
 from fastmon.probe.clock import StepClock
+from fastmon.probe.code_checks import CodeChecksPart
 from fastmon.probe.forward_hooks import ForwardPart
 from fastmon.probe.guard import describe
 from fastmon.probe.hotapply import HotApply
@@ -42,7 +43,8 @@ class Probe:
         self.loader_part = LoaderPart(self)
         self.backward_part = BackwardPart(self)
         self.optimizer_part = OptimizerPart(self)
-        self.parts = [self.forward_part, self.loader_part, self.backward_part, self.optimizer_part]
+        self.checks_part = CodeChecksPart(self)
+        self.parts = [self.forward_part, self.loader_part, self.backward_part, self.optimizer_part, self.checks_part]
         if self.cuda:
             from fastmon.probe.device_hooks import DevicePart
 

@@ -162,3 +162,11 @@ def test_unknown_option_is_a_usage_error(run_fastmon):
     out = run_fastmon("run", "--frobnicate", "train.py")
     assert out.returncode == 2
     assert "unknown option '--frobnicate'" in out.stderr
+
+
+def test_code_level_causes_are_named_with_their_line(run_fastmon, report):
+    out = run_fastmon("run", "--headless", SCRIPTS / "numpy_and_spike.py")
+    assert out.returncode == 0, out.stderr
+    advice = {a["id"]: a for a in report()["advice"]}
+    assert advice["tensor_copy"]["location"].endswith("numpy_and_spike.py:10")
+    assert "grad_clipping" in advice and "at step 160" in advice["grad_clipping"]["evidence"]

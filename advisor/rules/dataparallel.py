@@ -20,7 +20,8 @@ def check(window, facts):
     gpus = max(facts.environment.get("device_count", 0), 2)
     return Advice(
         ID, "Use DistributedDataParallel instead of DataParallel",
-        f"{model.get('class')} is wrapped in nn.DataParallel", None, CODE_CHANGE,
+        f"{model.get('class')} is wrapped in nn.DataParallel over {gpus} GPUs; "
+        f"median step {window.step_median * 1e3:.1f} ms", None, CODE_CHANGE,
         fix=f"model = DistributedDataParallel(model.to(local_rank), device_ids=[local_rank])\n"
             f"# then: fastmon run --nproc-per-node {gpus} {facts.values.get('script', 'train.py')} ...",
         why="one process replicates the model every step and gathers on GPU 0",

@@ -1,0 +1,123 @@
+"""Code-level causes the rules name with a file:line: ``torch.tensor(ndarray)`` in the loop,
+LR schedulers and gradient clipping in use, and sampled gradient norms (spikes).
+
+Gradient norms are sampled every ``GRAD_NORM_EVERY`` steps, just before the optimizer
+step. On an accelerator the norm is copied to pinned memory without blocking and read
+at the next sample, once its event has completed: the probe never waits on the device.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+
+import torch
+
+from fastmon.probe.guard import Part
+from fastmon.probe.location import fmt, user_frame
+
+GRAD_NORM_EVERY = 20
+SPIKE_FACTOR = 10.0
+MIN_NORM_SAMPLES = 5
+NORM_HISTORY = 50
+TENSOR_COPY_REPORT_AFTER = 3  # torch.tensor(ndarray) calls inside steps before it is reported
+
+
+class CodeChecksPart(Part):
+    name = "checks"
+
+    def __init__(self, probe) -> None:
+        super().__init__(probe)
+        self.main_thread = threading.main_thread().ident
+        self._orig_tensor = torch.tensor
+        self._orig_clip = torch.nn.utils.clip_grad_norm_
+        self._orig_scheduler_init = torch.optim.lr_scheduler.LRScheduler.__init__
+        self.tensor_copies = 0
+        self.tensor_copy_reported = False
+        self.norms: list[float] = []
+        self.pending_norm = None  # (step, cpu tensor, event or None)
+        self.spike_reported = False
+
+    def install(self) -> None:
+        part = self
+        orig_tensor, orig_clip, orig_init = self._orig_tensor, self._orig_clip, self._orig_scheduler_init
+
+        def tensor(data, *args, **kwargs):
+            if part.on and type(data).__module__ == "numpy" and threading.get_ident() == part.main_thread:
+                try:
+                    part.on_tensor_copy()
+                except Exception as exc:
+                    part.fail(exc)
+            return orig_tensor(data, *args, **kwargs)
+
+        def clip_grad_norm_(*args, **kwargs):
+            if part.on:
+                part.probe.fact("grad_clipping", {"used": True})
+            return orig_clip(*args, **kwargs)
+
+        def scheduler_init(scheduler, *args, **kwargs):
+            if part.on:
+                part.probe.fact("lr_scheduler", {"class": type(scheduler).__name__})
+            return orig_init(scheduler, *args, **kwargs)
+
+        torch.tensor = tensor
+        torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
+        torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_init
+
+    def uninstall(self) -> None:
+        torch.tensor = self._orig_tensor
+        torch.nn.utils.clip_grad_norm_ = self._orig_clip
+        torch.optim.lr_scheduler.LRScheduler.__init__ = self._orig_scheduler_init
+
+    def on_tensor_copy(self) -> None:
+        if self.tensor_copy_reported or not self.probe.clock.started:
+            return
+        self.tensor_copies += 1
+        if self.tensor_copies >= TENSOR_COPY_REPORT_AFTER:
+            self.tensor_copy_reported = True
+            self.probe.event("tensor_from_ndarray", location=fmt(user_frame(3)), count=self.tensor_copies)
+
+    # --- gradient norms -----------------------------------------------------------------
+    def before_optimizer_step(self, optimizer) -> None:
+        """Called by the optimizer part, before each step, with grads final."""
+        if not self.on or self.spike_reported:
+            return
+        step = self.probe.clock.step
+        self._collect()
+        if step % GRAD_NORM_EVERY or self.pending_norm is not None:
+            return
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if not grads:
+            return
+        with torch.no_grad():
+            norm = torch.nn.utils.get_total_norm(grads).detach()
+        if norm.device.type == "cpu":
+            self._observe(step, float(norm))
+            return
+        host = torch.empty((), dtype=norm.dtype, pin_memory=True)
+        host.copy_(norm, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self.pending_norm = (step, host, event)
+
+    def _collect(self) -> None:
+        if self.pending_norm is None:
+            return
+        step, host, event = self.pending_norm
+        if event.query():
+            self.pending_norm = None
+            self._observe(step, float(host))
+
+    def _observe(self, step: int, norm: float) -> None:
+        history = self.norms
+        if len(history) >= MIN_NORM_SAMPLES:
+            median = statistics.median(history)
+            if not math.isfinite(norm) or (median > 0 and norm > SPIKE_FACTOR * median):
+                self.spike_reported = True
+                self.probe.event("grad_norm_spike", norm=norm if math.isfinite(norm) else str(norm),
+                                 median=median, step=step)
+                return
+        if math.isfinite(norm):
+            history.append(norm)
+            del history[:-NORM_HISTORY]

@@ -1,0 +1,200 @@
+"""Every rule on synthetic windows: it fires on the evidence, and its healthy twin is quiet."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastmon.advisor import Facts, Window, advise
+from fastmon.advisor.rules import RULES
+from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, amdahl
+from fastmon.phases import PHASES, STEP_FIELDS
+
+GPU_ENV = {"cuda_available": True, "device_count": 1, "accelerator": "cuda",
+           "devices": [{"index": 0, "name": "NVIDIA H200", "capability": "9.0", "total_memory": 140 * 2**30,
+                        "bf16": True, "tf32": True}]}
+CPU_ENV = {"cuda_available": False, "device_count": 0, "accelerator": "cpu", "devices": []}
+MLP_GPU = {"class": "MLP", "wrapper": None, "parameters": 10**6, "dtypes": ["float32"], "devices": ["cuda:0"],
+           "conv": False, "matmul": True, "conv_bias_before_bn": [], "channels_last": False}
+CONV_GPU = dict(MLP_GPU, **{"class": "ResNet", "conv": True})
+LOADER = {"id": "L0", "num_workers": 0, "pin_memory": False, "batch_size": 32, "persistent_workers": False,
+          "prefetch_factor": None, "dataset_len": 6400, "len": 200, "iterable": False, "epochs": 1,
+          "location": "train.py:40"}
+SGD = {"class": "SGD", "defaults": {"lr": 0.1, "weight_decay": 0, "foreach": None, "fused": None},
+       "devices": ["cuda:0"]}
+SETTINGS = {"cudnn_benchmark": False, "float32_matmul_precision": "highest", "anomaly_detection": False,
+            "profiler_on": False}
+
+
+def rows(n=50, ms=None, **extra):
+    """n step rows with phase times in ms (default: a compute-bound step) and extra fields."""
+    ms = ms or {"forward": 4.0, "backward": 5.0, "optimizer": 0.5, "other": 0.5}
+    out = []
+    for step in range(n):
+        row = dict.fromkeys(STEP_FIELDS, 0)
+        row.update(step=step, samples=32, micro_batches=1)
+        for phase in PHASES:
+            row[phase] = ms.get(phase, 0.0) / 1e3
+        row["wall"] = sum(row[p] for p in PHASES)
+        for key, value in extra.items():
+            row[key] = value(step) if callable(value) else value
+        out.append(tuple(row[f] for f in STEP_FIELDS))
+    return out
+
+
+def facts(env=CPU_ENV, models=(), loader=None, optimizers=(), settings=None, events=(), gpu=(), **values):
+    base = {"environment": env, "settings": dict(SETTINGS, **(settings or {}))}
+    for m in models:
+        base[f"model.{m['class']}"] = m
+    if loader:
+        base["loader.L0"] = loader
+    for o in optimizers:
+        base[f"optimizer.{o['class']}"] = o
+    base.update(values)
+    return Facts(values=base, events=list(events), gpu=list(gpu), host_cpu_count=2)
+
+
+def fired(window_rows, fact_set) -> dict:
+    return {a.id: a for a in advise(Window.from_rows(window_rows), fact_set)}
+
+
+STARVED = {"data_wait": 60.0, "forward": 5.0, "backward": 5.0, "optimizer": 1.0, "other": 1.0}
+GPU_IDLE = [[{"index": 0, "util": 20, "mem_used": 10 * 2**30, "mem_total": 140 * 2**30, "our_process": True}]]
+
+# (rule id, firing case, healthy twin): each case is (rows, facts)
+CASES = {
+    "dataloader.num_workers": (
+        (rows(ms=STARVED), facts(loader=LOADER)),
+        (rows(), facts(loader=LOADER))),
+    "dataloader.pin_memory": (
+        (rows(ms={"h2d": 3.0, "forward": 4, "backward": 4}, h2d_bytes=2**24, h2d_pageable_bytes=2**24),
+         facts(GPU_ENV, [MLP_GPU], LOADER)),
+        (rows(ms={"h2d": 3.0, "forward": 4, "backward": 4}, h2d_bytes=2**24, h2d_pageable_bytes=0),
+         facts(GPU_ENV, [MLP_GPU], dict(LOADER, pin_memory=True)))),
+    "dataloader.persistent_workers": (
+        (rows(), facts(loader=dict(LOADER, num_workers=4, epochs=3, iter_seconds=0.8, len=50))),
+        (rows(), facts(loader=dict(LOADER, num_workers=4, epochs=3, iter_seconds=0.8, len=50,
+                                   persistent_workers=True)))),
+    "batch_size": (
+        (rows(n=40), facts(GPU_ENV, [MLP_GPU], LOADER, [SGD], gpu=GPU_IDLE)),
+        (rows(n=40), facts(GPU_ENV, [MLP_GPU], LOADER, [SGD], gpu=[[dict(GPU_IDLE[0][0], util=95)]]))),
+    "amp": (
+        (rows(), facts(GPU_ENV, [MLP_GPU])),
+        (rows(), facts(GPU_ENV, [MLP_GPU], **{"amp.autocast": {"enabled": True}}))),
+    "tf32": (
+        (rows(), facts(GPU_ENV, [MLP_GPU])),
+        (rows(), facts(GPU_ENV, [MLP_GPU], settings={"float32_matmul_precision": "high"}))),
+    "cudnn.benchmark": (
+        (rows(), facts(GPU_ENV, [CONV_GPU])),
+        (rows(), facts(GPU_ENV, [CONV_GPU], settings={"cudnn_benchmark": True}))),
+    "zero_grad.set_to_none": (
+        (rows(), facts(events=[{"kind": "zero_grad_set_to_none_false", "location": "train.py:12"}])),
+        (rows(), facts())),
+    "autograd.detect_anomaly": (
+        (rows(), facts(settings={"anomaly_detection": True})),
+        (rows(), facts())),
+    "profiler.left_on": (
+        (rows(), facts(settings={"profiler_on": True})),
+        (rows(), facts())),
+    "sync.per_step": (
+        (rows(ms={"forward": 3, "backward": 3, "sync": 2}, sync_calls=1),
+         facts(GPU_ENV, events=[{"kind": "sync_site", "call": "item", "location": "train.py:50"}])),
+        (rows(ms={"forward": 3, "backward": 3, "sync": 0.01}, sync_calls=0), facts(GPU_ENV))),
+    "retained_graph": (
+        (rows(), facts(events=[{"kind": "retained_graph", "location": "train.py:60", "steps": 5}])),
+        (rows(), facts())),
+    "validation.no_grad": (
+        (rows(eval_grad_forwards=lambda s: 1 if s == 10 else 0), facts()),
+        (rows(eval_forwards=lambda s: 1 if s == 10 else 0), facts())),
+    "conv_bias_before_bn": (
+        (rows(), facts(models=[dict(CONV_GPU, conv_bias_before_bn=["features.0"])])),
+        (rows(), facts(models=[CONV_GPU]))),
+    "tensor_copy": (
+        (rows(), facts(events=[{"kind": "tensor_from_ndarray", "location": "data.py:9", "count": 30}])),
+        (rows(), facts())),
+    "dataparallel": (
+        (rows(), facts(GPU_ENV, [dict(MLP_GPU, wrapper="DataParallel")])),
+        (rows(), facts(GPU_ENV, [dict(MLP_GPU, wrapper="DistributedDataParallel")]))),
+    "multi_gpu.unused": (
+        (rows(), facts(dict(GPU_ENV, device_count=4), [MLP_GPU], gpu=GPU_IDLE)),
+        (rows(), facts(dict(GPU_ENV, device_count=1), [MLP_GPU], gpu=GPU_IDLE))),
+    "memory.pressure": (
+        (rows(mem_peak=135 * 2**30), facts(GPU_ENV, [MLP_GPU])),
+        (rows(mem_peak=60 * 2**30), facts(GPU_ENV, [MLP_GPU]))),
+    "optimizer.fused": (
+        (rows(ms={"forward": 2, "backward": 2, "optimizer": 3}),
+         facts(GPU_ENV, optimizers=[dict(SGD, **{"class": "AdamW", "defaults": {"foreach": False}})])),
+        (rows(ms={"forward": 2, "backward": 2, "optimizer": 3}),
+         facts(GPU_ENV, optimizers=[dict(SGD, **{"class": "AdamW", "defaults": {"fused": True}})]))),
+    "optimizer.adamw": (
+        (rows(), facts(optimizers=[{"class": "Adam", "defaults": {"weight_decay": 1e-4}, "devices": ["cpu"]}])),
+        (rows(), facts(optimizers=[{"class": "AdamW", "defaults": {"weight_decay": 1e-4}, "devices": ["cpu"]}]))),
+    "lr_schedule": (
+        (rows(step=lambda s: 2500 + s), facts(optimizers=[SGD])),
+        (rows(step=lambda s: 2500 + s), facts(optimizers=[SGD], lr_scheduler={"class": "OneCycleLR"}))),
+    "grad_clipping": (
+        (rows(), facts(events=[{"kind": "grad_norm_spike", "norm": 1e4, "median": 1.2, "step": 40}])),
+        (rows(), facts(events=[{"kind": "grad_norm_spike", "norm": 1e4, "median": 1.2, "step": 40}],
+                       grad_clipping={"used": True}))),
+    "torch_compile": (
+        (rows(), facts(GPU_ENV, [MLP_GPU], **{"device.busy_fraction": 0.2})),
+        (rows(), facts(GPU_ENV, [MLP_GPU], **{"device.busy_fraction": 0.9}))),
+    "channels_last": (
+        (rows(), facts(GPU_ENV, [CONV_GPU])),
+        (rows(), facts(GPU_ENV, [dict(CONV_GPU, channels_last=True)]))),
+}
+
+
+def test_every_rule_has_cases():
+    assert {rule.ID for rule in RULES} == set(CASES)
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fires_on_evidence(rule_id):
+    (window_rows, fact_set), _ = CASES[rule_id]
+    advice = fired(window_rows, fact_set)
+    assert rule_id in advice
+    a = advice[rule_id]
+    assert a.title and a.evidence and a.fix
+    assert any(ch.isdigit() for ch in a.evidence) or a.location, "evidence carries numbers or a location"
+    assert a.action in (HOT_APPLY, CODE_CHANGE)
+    assert (a.apply is not None) == (a.action == HOT_APPLY) or rule_id == "amp"
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_is_quiet_on_its_healthy_twin(rule_id):
+    _, (window_rows, fact_set) = CASES[rule_id]
+    assert rule_id not in fired(window_rows, fact_set)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.ID)
+def test_rule_modules_document_what_why_and_fix(rule):
+    doc = rule.__doc__
+    assert doc.startswith(rule.ID + ":")
+    assert "What it detects" in doc and "Why it matters" in doc and "How to fix" in doc
+
+
+def test_healthy_cpu_run_gets_no_advice():
+    assert fired(rows(), facts(loader=LOADER, optimizers=[dict(SGD, devices=["cpu"])])) == {}
+
+
+def test_num_workers_searches_past_the_core_count_and_estimates_by_amdahl():
+    advice = fired(rows(ms=STARVED), facts(loader=LOADER))["dataloader.num_workers"]
+    assert [c["num_workers"] for c in advice.apply.search] == [2, 4, 8]
+    share = 60 / 72
+    assert advice.est_gain == pytest.approx(amdahl(share), rel=0.01)
+    assert "83%" in advice.evidence and "num_workers=0" in advice.evidence
+
+
+def test_iterable_dataset_gets_a_code_change_not_a_live_rebuild():
+    advice = fired(rows(ms=STARVED), facts(loader=dict(LOADER, iterable=True)))["dataloader.num_workers"]
+    assert advice.action == CODE_CHANGE and advice.apply is None
+
+
+def test_amp_and_tf32_need_the_users_accept():
+    advice = fired(rows(), facts(GPU_ENV, [MLP_GPU]))
+    assert advice["amp"].apply.changes_maths and advice["tf32"].apply.changes_maths
+
+
+def test_amdahl():
+    assert amdahl(0.4) == pytest.approx(1 / 0.6)
+    assert amdahl(0.5, 2.0) == pytest.approx(1 / 0.75)

@@ -1,0 +1,205 @@
+"""Hot-apply: live DataLoader rebuilds lose and repeat nothing; experiments keep what helps."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, SCRIPTS, clean_env, run_dirs
+from fastmon.experiments import NOISE, ExperimentRunner
+from fastmon.phases import STEP_FIELDS
+
+
+def read_epochs(path) -> list[list[int]]:
+    return [list(map(int, line.split())) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("persistent, shuffle", [(False, True), (True, False), (True, True)])
+def test_live_rebuilds_serve_every_sample_once_per_epoch(tmp_path, persistent, shuffle):
+    out = tmp_path / "indices.txt"
+    args = [sys.executable, SCRIPTS / "loader_swaps.py", "--out", out]
+    args += ["--persistent"] if persistent else []
+    args += ["--shuffle"] if shuffle else []
+    done = subprocess.run(args, capture_output=True, text=True, timeout=180, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    assert "acks 6 of 6" in done.stdout
+    assert "final workers 2" in done.stdout
+    epochs = read_epochs(out)
+    assert len(epochs) == 3
+    for seen in epochs:
+        assert sorted(seen) == list(range(1000))
+    if not shuffle:
+        assert all(seen == list(range(1000)) for seen in epochs)  # order kept too
+
+
+def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
+    indices = tmp_path / "indices.txt"
+    out = run_fastmon("run", "--headless", "--apply", "auto", EXAMPLES / "starved.py", "--epochs", "2",
+                      "--record-indices", indices)
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    (applied,) = [a for a in summary["applied"] if a["id"] == "dataloader.num_workers"]
+    assert applied["kept"]
+    assert applied["after_samples_per_s"] / applied["before_samples_per_s"] >= 2.5
+    assert applied["params"]["num_workers"] >= 4
+    assert [t["params"]["num_workers"] for t in applied["tried"]][:2] == [2, 4]
+    # within the first epoch (200 steps), the last stretch runs >= 2.5x the first window
+    (run,) = run_dirs(tmp_path)
+    db = sqlite3.connect(run / "run.sqlite")
+    i_wall, i_samples = STEP_FIELDS.index("wall"), STEP_FIELDS.index("samples")
+    rows = db.execute("SELECT * FROM steps WHERE rank = 0 ORDER BY step").fetchall()
+    rate = lambda rs: sum(r[i_samples] for r in rs) / sum(r[i_wall] for r in rs)  # noqa: E731
+    assert rate(rows[170:200]) / rate(rows[5:25]) >= 2.5
+    for seen in read_epochs(indices):
+        assert sorted(seen) == list(range(6400))
+    # the report says so, and how to make it permanent
+    text = subprocess.run([sys.executable, "-m", "fastmon", "report"], cwd=tmp_path, capture_output=True, text=True,
+                          env=clean_env(), timeout=60).stdout
+    assert "kept" in text and f"DataLoader(..., num_workers={applied['params']['num_workers']})" in text
+    assert "starved.py:" in text
+
+
+def test_ask_is_not_auto_headless_never_applies(run_fastmon, report):
+    out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "1", "--samples", "1600")
+    assert out.returncode == 0, out.stderr
+    assert report()["applied"] == []
+
+
+def test_auto_applies_safe_fixes_on_the_mistakes_example(run_fastmon, report):
+    out = run_fastmon("run", "--headless", "--apply", "auto", EXAMPLES / "mistakes.py")
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    advice = {a["id"]: a for a in summary["advice"]}
+    for rule in ("autograd.detect_anomaly", "retained_graph", "validation.no_grad", "conv_bias_before_bn",
+                 "optimizer.adamw", "zero_grad.set_to_none"):
+        assert rule in advice, rule
+    assert advice["retained_graph"]["location"].endswith("mistakes.py:56")
+    assert advice["validation.no_grad"]["location"].endswith("mistakes.py:60")
+    assert advice["zero_grad.set_to_none"]["location"].endswith("mistakes.py:54")
+    applied = {a["id"]: a for a in summary["applied"]}
+    anomaly = applied["autograd.detect_anomaly"]
+    assert anomaly["kept"] and anomaly["after_samples_per_s"] > anomaly["before_samples_per_s"]
+    assert all(a["action"] in ("hot_apply", "code_change") for a in summary["advice"])
+
+
+def test_dataparallel_is_named(run_fastmon, report, tmp_path):
+    script = tmp_path / "dp.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\n"
+        "model = nn.DataParallel(nn.Linear(8, 1))\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(40):\n    opt.zero_grad()\n    model(torch.randn(16, 8)).sum().backward()\n    opt.step()\n")
+    out = run_fastmon("run", "--headless", script)
+    assert out.returncode == 0, out.stderr
+    advice = {a["id"]: a for a in report()["advice"]}
+    assert "dataparallel" in advice
+    assert "--nproc-per-node" in advice["dataparallel"]["fix"]
+
+
+# --- the experiment runner on synthetic steps -------------------------------------------
+def step_rows(first: int, n: int, samples_per_s: float) -> list[list]:
+    rows = []
+    for step in range(first, first + n):
+        row = dict.fromkeys(STEP_FIELDS, 0)
+        row.update(step=step, samples=32, wall=32 / samples_per_s)
+        rows.append([row[f] for f in STEP_FIELDS])
+    return rows
+
+
+class Probe:
+    """Plays the probe's side: acks what the runner sends, at a given step."""
+
+    def __init__(self):
+        self.sent = []
+
+    def __call__(self, message):
+        self.sent.append(message)
+
+
+def drive(runner, probe, rates, start=30):
+    """Feed ``rates[i]`` samples/s after the i-th apply; returns the result."""
+    results = []
+    runner.done = results.append
+    rows = step_rows(0, start, 100.0)
+    seen = 0
+    for _ in range(100):
+        if results:
+            break
+        if len(probe.sent) > seen:
+            message = probe.sent[seen]
+            seen += 1
+            step = rows[-1][STEP_FIELDS.index("step")] + 1
+            if message["t"] == "revert":
+                runner.on_ack({"t": "reverted", "exp": message["exp"], "ok": True, "step": step})
+                continue
+            rate = rates[min(seen - 1, len(rates) - 1)]
+            if rate is None:
+                runner.on_ack({"t": "applied", "exp": message["exp"], "ok": False, "error": "CUDA out of memory"})
+                continue
+            runner.on_ack({"t": "applied", "exp": message["exp"], "ok": True, "step": step})
+            rows += step_rows(step, 400, rate)
+        runner.tick(rows)
+    assert results, "the experiment did not conclude"
+    return results[0]
+
+
+def advice(search=(), changes_maths=False):
+    return {"id": "x", "apply": {"action": "loader", "params": {"n": 1}, "search": search,
+                                 "changes_maths": changes_maths}}
+
+
+def test_an_experiment_that_helps_is_kept():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [150.0])
+    assert result["kept"] and result["speedup"] == pytest.approx(1.5)
+    assert [m["t"] for m in probe.sent] == ["apply"]
+
+
+def test_an_experiment_that_hurts_is_reverted():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [80.0])
+    assert not result["kept"] and result["state"] == "reverted"
+    assert [m["t"] for m in probe.sent] == ["apply", "revert"]
+
+
+def test_within_noise_safe_changes_stay_and_maths_changes_go():
+    for changes_maths, kept in ((False, True), (True, False)):
+        probe = Probe()
+        runner = ExperimentRunner(probe, None)
+        runner.start(advice(changes_maths=changes_maths), step_rows(0, 30, 100.0))
+        assert drive(runner, probe, [100.0 * (1 + NOISE / 2)])["kept"] is kept
+
+
+def test_a_search_keeps_the_best_candidate():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    candidates = ({"n": 2}, {"n": 4}, {"n": 8}, {"n": 16})
+    runner.start(advice(search=candidates), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [200.0, 390.0, 380.0])
+    assert result["kept"] and result["params"] == {"n": 4}
+    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 8}, {"n": 4}]
+
+
+def test_a_failed_candidate_falls_back_to_the_best_one():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(search=({"n": 2}, {"n": 4})), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [200.0, None, 200.0])
+    assert result["kept"] and result["params"] == {"n": 2}
+    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 2}]
+    assert "out of memory" in result["error"]
+
+
+def test_a_change_that_fails_at_once_is_reported_not_kept():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [None])
+    assert not result["kept"] and result["state"] == "failed"
