@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from fastmon.phases import PHASES, STEP_FIELDS
 
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
+# Where a DDP rank waits for the slowest one: gradient all-reduce (inside backward), syncs, collectives.
+WAIT_PHASES = ("backward", "sync", "comm")
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -40,6 +42,7 @@ class Window:
     micro_batches: int = 0
     first_step: int = 0
     last_step: int = 0
+    own_work_median: float = 0.0  # per step: wall minus the phases where a rank waits for others
 
     @classmethod
     def from_rows(cls, rows) -> "Window":
@@ -72,6 +75,8 @@ class Window:
         w.mem_peak = max(col("mem_peak"))
         w.micro_batches = sum(col("micro_batches"))
         w.first_step, w.last_step = rows[0][_I["step"]], rows[-1][_I["step"]]
+        waits = [_I[p] for p in WAIT_PHASES if p in _I]
+        w.own_work_median = quantile([r[_I["wall"]] - sum(r[i] or 0 for i in waits) for r in rows], 0.5)
         return w
 
     @property

@@ -103,6 +103,10 @@ def cmd_run(argv: list[str]) -> int:
     check_target(target)
     from fastmon.session import RunOptions
 
+    if torchrun and not any(o.startswith(("--nnodes", "--rdzv", "--master", "--standalone")) for o in torchrun):
+        # One node and no rendezvous given: torchrun's --standalone picks a free port, so
+        # two runs on one machine do not collide on 29500.
+        torchrun.append("--standalone")
     apply = args.apply or ("never" if args.headless else "ask")
     options = RunOptions(target=target, headless=args.headless, apply=apply,
                          allow=frozenset(filter(None, args.allow.split(","))), runs_dir=args.runs_dir,
@@ -153,7 +157,8 @@ def cmd_demo(argv: list[str]) -> int:
 
 def cmd_report(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fastmon report", description="Summarise a recorded run.")
-    parser.add_argument("run", nargs="?", default="latest", help="a run folder, or 'latest' (default)")
+    parser.add_argument("run", nargs="*", default=["latest"],
+                        help="a run folder, or 'latest' (default); several folders (one per node) are merged")
     parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
@@ -162,11 +167,11 @@ def cmd_report(argv: list[str]) -> int:
     from fastmon.summary import summarize
 
     try:
-        run_dir = resolve_run(args.run, args.runs_dir)
+        run_dirs = [resolve_run(run, args.runs_dir) for run in args.run]
     except FileNotFoundError as exc:
         sys.stderr.write(f"fastmon: {exc}\n")
         return EXIT_NO_RUN
-    summary = summarize(run_dir)
+    summary = summarize(run_dirs)
     print(json.dumps(summary, indent=1) if args.json else format_text(summary))
     return 0
 

@@ -124,6 +124,8 @@ class ExperimentRunner:
                 self._settle(exp)
             else:
                 exp.kept, exp.state = False, "failed"
+                # Under DDP another rank may have applied it: undo there too.
+                self.send({"t": "revert", "exp": exp.exp})
                 self._conclude(exp)
             return
         exp.note = message.get("note") or exp.note

@@ -8,12 +8,10 @@ import threading
 import time
 
 from fastmon.advisor.window import Window
-from fastmon.phases import PHASES
+from fastmon.phases import PHASE_LABELS, PHASES
 
 STATUS_EVERY = 3.0
 STATUS_WINDOW = 50
-SHORT = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt",
-         "sync": "sync", "other": "other"}
 
 
 def status_line(session) -> str:
@@ -25,7 +23,7 @@ def status_line(session) -> str:
         gpu = state.gpu[-1] if state.gpu else None
         applying = [a for a in state.advice.values() if a.get("status") == "applying"]
     window = Window.from_rows(rows[-STATUS_WINDOW:])
-    shares = " ".join(f"{SHORT[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
+    shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
     parts = [f"[fastmon] step {steps}", f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]
     if shares:
         parts.append(shares)

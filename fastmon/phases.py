@@ -1,7 +1,11 @@
 """Phase names shared by the probe, the monitor and the advisor (no imports)."""
 
-PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "sync", "other")
-DATA_WAIT, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC, OTHER = range(len(PHASES))
+# comm: time in torch.distributed collectives; always 0 in a single-process run.
+PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "sync", "comm", "other")
+DATA_WAIT, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, OTHER = range(len(PHASES))
+
+PHASE_LABELS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt",
+                "sync": "sync", "comm": "comm", "other": "other"}
 
 # One step row, as the probe emits it and the monitor stores it. Times are seconds.
 STEP_FIELDS = (

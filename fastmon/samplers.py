@@ -8,8 +8,9 @@ import psutil
 
 
 class HostSampler:
-    def __init__(self, root_pid: int) -> None:
+    def __init__(self, root_pid: int, launcher: bool = False) -> None:
         self.root_pid = root_pid
+        self.launcher = launcher  # the root is torchrun: its fastmon.probe children are the trainers
         self._procs: dict[int, psutil.Process] = {}
         psutil.cpu_percent(percpu=True)  # prime: the first reading is meaningless
 
@@ -44,11 +45,11 @@ class HostSampler:
             except psutil.Error:
                 continue
             # A forked DataLoader worker has its parent's command line: its parent decides.
-            if "fastmon.probe" in cmdline and ppid not in trainer_pids:
+            if proc.pid == self.root_pid and self.launcher:
+                entry["role"] = "launcher"
+            elif "fastmon.probe" in cmdline and ppid not in trainer_pids:
                 entry["role"] = "trainer"
                 trainer_pids.add(proc.pid)
-            elif proc.pid == self.root_pid:
-                entry["role"] = "launcher"
             else:
                 entry["role"] = "worker"
             procs.append(entry)

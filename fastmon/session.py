@@ -31,6 +31,7 @@ ADVISOR_WINDOW = 200  # steps the advisor looks at
 ADVISE_EVERY = 1.0
 SAMPLE_EVERY = 0.5
 MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representative
+SYNC_AHEAD_STEPS = 5  # under DDP, changes are scheduled this many steps ahead of the furthest rank
 SAFE_ACTIONS = frozenset({"loader", "cudnn_benchmark", "anomaly_detection", "set_to_none"})
 
 _RANK = STEP_FIELDS.index("rank")
@@ -205,7 +206,7 @@ class Session:
             self.state.facts["device.busy_fraction"] = value if previous is None else 0.9 * previous + 0.1 * value
 
     def _sample_loop(self) -> None:
-        host = HostSampler(self.proc.pid)
+        host = HostSampler(self.proc.pid, launcher=self.options.torchrun is not None)
         while not self._stop.wait(SAMPLE_EVERY):
             try:
                 sample = host.sample()
@@ -308,10 +309,17 @@ class Session:
             self.state.version += 1
 
     def _send_control(self, message: dict) -> None:
-        if self.channel is not None:
-            # Under DDP a change goes to every rank at once: all of them apply it at their
-            # next step boundary, which is the same step for ranks in lockstep.
-            self.channel.send(message)
+        if self.channel is None:
+            return
+        with self.lock:
+            ranks = self.state.ranks
+            if len(ranks) > 1:
+                # Under DDP every rank applies the change at the same step, a few steps
+                # ahead of the furthest rank; a rank already past it refuses, and the
+                # experiment fails (and is reverted) rather than split the ranks.
+                furthest = max(rs.rows[-1][STEP_FIELDS.index("step")] for rs in ranks.values() if rs.rows)
+                message = dict(message, at_step=furthest + 1 + SYNC_AHEAD_STEPS)
+        self.channel.send(message)
 
     def _experiment_done(self, result: dict) -> None:
         with self.lock:

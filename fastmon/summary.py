@@ -7,7 +7,8 @@ from fastmon.advisor.window import Window
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import RunRecord
 
-STRAGGLER_MARGIN = 0.05  # a rank this much slower than the median rank is the straggler
+STRAGGLER_MARGIN = 0.10  # own work this much above the median rank's ...
+STRAGGLER_STEP_SHARE = 0.05  # ... and worth at least this share of a step: the straggler
 
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 
@@ -23,35 +24,39 @@ def window_summary(window: Window) -> dict:
         "phase_ms": {p: {"median": round(window.phase_median[p] * 1e3, 4), "p90": round(window.phase_p90[p] * 1e3, 4)}
                      for p in PHASES},
         "step_ms": {"median": round(window.step_median * 1e3, 4), "p90": round(window.step_p90 * 1e3, 4)},
+        "own_work_ms": round(window.own_work_median * 1e3, 4),
     }
 
 
-def own_work_ms(rank: dict) -> float:
-    """A rank's median step without the phases where it waits for the others: DDP ranks
-    wait for the slowest in backward's gradient all-reduce (and in syncs), so their step
-    times even out; the straggler is the rank with the most work of its own."""
-    phase_ms = rank["phase_ms"]
-    return rank["step_ms"]["median"] - phase_ms["backward"]["median"] - phase_ms["sync"]["median"]
-
-
 def straggler(ranks: list[dict]) -> int | None:
-    """The rank slower than the median rank by more than the margin, or None."""
+    """The rank whose own work per step (its step without the phases where DDP ranks wait
+    for each other) exceeds the median rank's by the margin, or None.
+
+    DDP ranks wait for the slowest in backward's gradient all-reduce, so their step times
+    even out; the straggler is the rank that makes the others wait."""
     if len(ranks) < 2:
         return None
-    ordered = sorted(ranks, key=own_work_ms)
-    middle = own_work_ms(ordered[(len(ordered) - 1) // 2])
-    slowest = ordered[-1]
-    return slowest["rank"] if middle > 0 and own_work_ms(slowest) > middle * (1 + STRAGGLER_MARGIN) else None
+    ordered = sorted(ranks, key=lambda r: r["own_work_ms"])
+    middle, slowest = ordered[(len(ordered) - 1) // 2], ordered[-1]
+    excess = slowest["own_work_ms"] - middle["own_work_ms"]
+    if excess > STRAGGLER_MARGIN * middle["own_work_ms"] and excess > STRAGGLER_STEP_SHARE * middle["step_ms"]["median"]:
+        return slowest["rank"]
+    return None
 
 
 def summarize(run_dir) -> dict:
-    record = RunRecord(run_dir)
+    """The summary of one run folder, or of several (one per node of a multi-node run,
+    each holding its own ranks) merged into one view."""
+    dirs = list(run_dir) if isinstance(run_dir, (list, tuple)) else [run_dir]
+    records = [RunRecord(d) for d in dirs]
     try:
-        meta = record.meta()
-        all_rows = record.steps()
+        meta = records[0].meta()
+        all_rows = sorted((r for rec in records for r in rec.steps()), key=lambda r: (r[_I["rank"]], r[_I["step"]]))
         ranks = sorted({r[_I["rank"]] for r in all_rows})
         primary = [r for r in all_rows if r[_I["rank"]] == (ranks[0] if ranks else 0)]
-        summary = {"run": str(run_dir), "script": meta.get("script"), "exit_code": meta.get("exit_code"),
+        exit_codes = [rec.meta().get("exit_code") for rec in records]
+        summary = {"run": ", ".join(map(str, dirs)), "script": meta.get("script"),
+                   "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
                    **window_summary(Window.from_rows(primary))}
         summary["ranks"] = []
         if len(ranks) > 1:
@@ -59,18 +64,19 @@ def summarize(run_dir) -> dict:
                 rows = [r for r in all_rows if r[_I["rank"]] == rank]
                 summary["ranks"].append({"rank": rank, **window_summary(Window.from_rows(rows))})
         summary["straggler"] = straggler(summary["ranks"])
-        summary["memory"] = _memory(primary, record)
-        summary["gpu"] = _gpu(record, meta)
-        summary["device"] = _device(record)
-        summary["dropped"] = meta.get("dropped", 0)
-        summary["advice"] = [_advice_out(a) for a in record.advice()]
-        summary["applied"] = [_applied_out(a) for a in record.applied()]
-        summary["permanent_changes"] = permanent_changes(summary["applied"], record.facts())
-        summary["probe_faults"] = [e for e in record.events() if e["kind"] == "probe_fault"]
+        summary["memory"] = _memory(primary, records[0])
+        summary["gpu"] = _gpu(records[0], meta)
+        summary["device"] = _device(records[0])
+        summary["dropped"] = sum(rec.meta().get("dropped", 0) or 0 for rec in records)
+        summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
+        summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
+        summary["permanent_changes"] = permanent_changes(summary["applied"], records[0].facts())
+        summary["probe_faults"] = [e for rec in records for e in rec.events() if e["kind"] == "probe_fault"]
         summary["wall_s"] = round((meta.get("ended") or 0) - (meta.get("started") or 0), 3) if meta.get("ended") else None
         return summary
     finally:
-        record.close()
+        for rec in records:
+            rec.close()
 
 
 def _memory(rows, record: RunRecord) -> dict:

@@ -16,8 +16,17 @@ class HotApply:
     def __init__(self, probe) -> None:
         self.probe = probe
         self.undo: dict[int, tuple[str, dict]] = {}
+        self.waiting: list[dict] = []  # commands for a later step (every DDP rank at the same one)
 
     def handle(self, command: dict) -> None:
+        at_step = command.get("at_step")
+        if at_step is not None and self.probe.clock.step < at_step:
+            self.waiting.append(command)
+            return
+        if at_step is not None and self.probe.clock.step > at_step:
+            self.probe.message({"t": "applied", "exp": command.get("exp"), "ok": False, "step": self.probe.clock.step,
+                                "error": f"rank {self.probe.rank} was past step {at_step}: not applied"})
+            return
         kind, exp = command.get("t"), command.get("exp")
         if kind == "apply":
             action, params = command["action"], command.get("params", {})
@@ -25,6 +34,13 @@ class HotApply:
         elif kind == "revert" and exp in self.undo:
             action, params = self.undo.pop(exp)
             self._run(exp, action, params, reverting=True)
+
+    def due(self) -> None:
+        """Commands whose step has come; called at each step boundary while any wait."""
+        ready = [c for c in self.waiting if c["at_step"] <= self.probe.clock.step]
+        self.waiting = [c for c in self.waiting if c["at_step"] > self.probe.clock.step]
+        for command in ready:
+            self.handle(command)
 
     def _run(self, exp, action: str, params: dict, reverting: bool = False) -> None:
         probe = self.probe

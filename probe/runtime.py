@@ -45,6 +45,12 @@ class Probe:
         self.optimizer_part = OptimizerPart(self)
         self.checks_part = CodeChecksPart(self)
         self.parts = [self.forward_part, self.loader_part, self.backward_part, self.optimizer_part, self.checks_part]
+        import torch.distributed as dist
+
+        if dist.is_available():
+            from fastmon.probe.dist_hooks import DistPart
+
+            self.parts.append(DistPart(self))
         if self.cuda:
             from fastmon.probe.device_hooks import DevicePart
 
@@ -101,6 +107,8 @@ class Probe:
             control = self.publisher.control
             while control:
                 self.hot.handle(control.popleft())
+            if self.hot.waiting:
+                self.hot.due()
         except Exception as exc:
             self.report_fault("step", exc)
             for part in self.parts:

@@ -29,9 +29,9 @@ def clean_env(**extra) -> dict:
 def run_fastmon(tmp_path):
     """Runs `fastmon ARGS` in tmp_path; returns the CompletedProcess."""
 
-    def run(*args, timeout: float = 240, **kwargs) -> subprocess.CompletedProcess:
+    def run(*args, timeout: float = 240, env_extra: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
         return subprocess.run(fastmon_cmd(*args), cwd=tmp_path, capture_output=True, text=True,
-                              timeout=timeout, env=clean_env(), stdin=subprocess.DEVNULL, **kwargs)
+                              timeout=timeout, env=clean_env(**(env_extra or {})), stdin=subprocess.DEVNULL, **kwargs)
 
     return run
 

@@ -1,17 +1,26 @@
-"""Phase colours, the same in every chart, bar and table."""
+"""Phase colours, the same in every chart, bar and table (rich styles and plotext names)."""
 
-from fastmon.phases import PHASES
+from fastmon.phases import PHASE_LABELS, PHASES
 
-PHASE_COLORS = {
+PHASE_COLORS = {  # rich
     "data_wait": "red",
     "h2d": "magenta",
     "forward": "blue",
     "backward": "cyan",
     "optimizer": "green",
-    "sync": "yellow",
+    "sync": "dark_orange",
+    "comm": "bright_magenta",
     "other": "white",
 }
-PHASE_LABELS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt",
-                "sync": "sync", "other": "other"}
-assert set(PHASE_COLORS) == set(PHASES)
+PLOT_COLORS = {  # plotext's names for the same colours
+    "data_wait": "red",
+    "h2d": "magenta",
+    "forward": "blue",
+    "backward": "cyan",
+    "optimizer": "green",
+    "sync": "orange",
+    "comm": "magenta+",
+    "other": "white",
+}
+assert set(PHASE_COLORS) == set(PLOT_COLORS) == set(PHASE_LABELS) == set(PHASES)
 STARVED_SHARE = 0.3  # a data_wait share above this is shown as a starved run

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from fastmon.phases import PHASES
-from fastmon.tui.colors import PHASE_COLORS, PHASE_LABELS, STARVED_SHARE
+from fastmon.phases import PHASE_LABELS, PHASES
+from fastmon.tui.colors import PHASE_COLORS, STARVED_SHARE
 
 
 class SharesBar(Widget):

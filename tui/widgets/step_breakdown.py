@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual_plotext import PlotextPlot
 
 from fastmon.phases import PHASES
-from fastmon.tui.colors import PHASE_COLORS
+from fastmon.tui.colors import PLOT_COLORS
 
 
 class StepBreakdown(PlotextPlot):
@@ -18,7 +18,7 @@ class StepBreakdown(PlotextPlot):
             x = [max(first + i * snap.bucket_steps, 0) for i in range(len(snap.buckets))]
             series = [[bucket[p] for bucket in snap.buckets] for p in PHASES]
             # No legend inside the plot (it hides bars): the shares bar below is the legend.
-            plt.stacked_bar(x, series, color=[PHASE_COLORS[p] for p in PHASES], width=0.9)
+            plt.stacked_bar(x, series, color=[PLOT_COLORS[p] for p in PHASES], width=0.9)
             # Explicit ticks: plotext's own choice for bar charts varies from run to run.
             every = max(len(x) // 6, 1)
             plt.xticks(x[::every], [str(v) for v in x[::every]])

@@ -1,0 +1,69 @@
+"""`fastmon run --nproc-per-node N`: torchrun as the child, every rank recorded, the straggler named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SCRIPTS, clean_env, fastmon_cmd
+
+DDP = SCRIPTS / "ddp_train.py"
+
+pytestmark = pytest.mark.skipif(not __import__("torch").distributed.is_available(), reason="no torch.distributed")
+
+
+def test_two_ranks_and_the_slow_one_is_the_straggler(run_fastmon, report):
+    out = run_fastmon("run", "--headless", "--nproc-per-node", "2", DDP, "--slow-rank", "1")
+    assert out.returncode == 0, out.stderr
+    assert "rank 0 done 80 steps" in out.stdout and "rank 1 done 80 steps" in out.stdout
+    summary = report()
+    ranks = {r["rank"]: r for r in summary["ranks"]}
+    assert set(ranks) == {0, 1}
+    for r in ranks.values():
+        assert r["steps"] == 80 and r["steps_per_s"] > 0
+        assert abs(sum(r["phases"].values()) - 1) < 0.01
+    assert summary["straggler"] == 1
+    assert ranks[1]["phases"]["data_wait"] > ranks[0]["phases"]["data_wait"]
+    assert "comm" in ranks[0]["phases"]
+
+
+def test_no_straggler_when_ranks_are_even(run_fastmon, report):
+    out = run_fastmon("run", "--headless", "--nproc-per-node", "2", DDP, "--slow-rank", "0", "--slow-ms", "8")
+    assert out.returncode == 0, out.stderr
+    assert report()["straggler"] == 0
+    out = run_fastmon("run", "--headless", "--nproc-per-node", "2", DDP, "--slow-ms", "0")
+    assert out.returncode == 0, out.stderr
+    assert report()["straggler"] is None
+
+
+def test_killing_one_rank_keeps_torchruns_behaviour_and_every_ranks_steps(run_fastmon, report, tmp_path):
+    # ~20 ms steps, so that the publisher's 100 ms batches lose at most ~5 steps to the SIGKILL
+    args = [DDP, "--die-rank", "1", "--die-step", "25", "--slow-rank", "1", "--slow-ms", "20"]
+    bare = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           *args], capture_output=True, text=True, timeout=180, env=clean_env(), cwd=tmp_path)
+    out = run_fastmon("run", "--headless", "--nproc-per-node", "2", *args)
+    assert bare.returncode != 0
+    assert out.returncode == bare.returncode
+    summary = report()
+    ranks = {r["rank"]: r["steps"] for r in summary["ranks"]}
+    assert ranks[1] >= 25 - 6  # up to its last publisher batch before the SIGKILL
+    assert ranks[0] >= 25 - 6
+    assert "done" not in out.stdout  # the other rank was stopped, as torchrun does
+
+
+def test_report_merges_run_folders_from_several_nodes(run_fastmon, tmp_path):
+    # Two "nodes" of one rank each: two monitors, two run folders, one merged view.
+    for node in (0, 1):
+        out = run_fastmon("run", "--headless", "--runs-dir", f"node{node}", SCRIPTS / "exit_code.py", "--steps", "6",
+                          env_extra={"RANK": str(node), "WORLD_SIZE": "2"})
+        assert out.returncode == 0, out.stderr
+    runs = [str(next((tmp_path / f"node{n}").iterdir())) for n in (0, 1)]
+    merged = subprocess.run(fastmon_cmd("report", *runs, "--json"), cwd=tmp_path, capture_output=True, text=True,
+                            env=clean_env(), timeout=60)
+    assert merged.returncode == 0, merged.stderr
+    summary = json.loads(merged.stdout)
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    assert all(r["steps"] == 6 for r in summary["ranks"])
