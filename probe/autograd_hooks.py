@@ -18,7 +18,8 @@ from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import BACKWARD
 
 RETAINED_AFTER_STEPS = 2
-RETAINED_REPORT_AT = 3  # consecutive steps whose loss was kept before it is reported
+RETAINED_REPORT_AT = 3  # sampled steps in a row whose loss was kept before it is reported
+RETAINED_SAMPLE_EVERY = 4  # watch the loss of one step in this many: a habit shows in any of them
 
 
 class BackwardPart(Part):
@@ -69,9 +70,9 @@ class BackwardPart(Part):
         clock = probe.clock
         if probe.optimizer_part.fallback and clock.backwards_since_step:
             probe.end_step()  # no optimizer, no batch or forward seen in between: one step per backward
-        loss = tensors if isinstance(tensors, torch.Tensor) else None
-        if loss is not None and loss.grad_fn is not None and not self.retained_reported:
-            self.watch.append((clock.step, weakref.ref(loss), user_frame(3)))
+        if (not clock.step % RETAINED_SAMPLE_EVERY and not clock.backwards_since_step
+                and not self.retained_reported and isinstance(tensors, torch.Tensor) and tensors.grad_fn is not None):
+            self.watch.append((clock.step, weakref.ref(tensors), user_frame(3)))
         clock.backwards_since_step += 1
         clock.enter(BACKWARD)
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 import statistics
 import threading
+from time import perf_counter_ns
 
 import torch
 
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 
-GRAD_NORM_EVERY = 20
+GRAD_NORM_EVERY = 50  # steps between gradient-norm samples, doubled while a sample costs too much
+MAX_NORM_COST = 0.002  # of the steps' time between samples
 SPIKE_FACTOR = 10.0
 MIN_NORM_SAMPLES = 5
 NORM_HISTORY = 50
@@ -38,6 +40,9 @@ class CodeChecksPart(Part):
         self.norms: list[float] = []
         self.pending_norm = None  # (step, cpu tensor, event or None)
         self.spike_reported = False
+        self.norm_every = GRAD_NORM_EVERY
+        self.next_norm_step = GRAD_NORM_EVERY
+        self.last_norm_ns = 0
 
     def install(self) -> None:
         part = self
@@ -80,18 +85,27 @@ class CodeChecksPart(Part):
 
     # --- gradient norms -----------------------------------------------------------------
     def before_optimizer_step(self, optimizer) -> None:
-        """Called by the optimizer part, before each step, with grads final."""
+        """Called by the optimizer part before a step whose number is ``next_norm_step``
+        (or later), with the gradients final."""
         if not self.on or self.spike_reported:
             return
         step = self.probe.clock.step
         self._collect()
-        if step % GRAD_NORM_EVERY or self.pending_norm is not None:
+        if self.pending_norm is not None:
             return
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if not grads:
             return
+        started = perf_counter_ns()
         with torch.no_grad():
             norm = torch.nn.utils.get_total_norm(grads).detach()
+        cost = perf_counter_ns() - started
+        # Measure less when measuring costs: a big model on a CPU makes the norm expensive.
+        elapsed = started - self.last_norm_ns if self.last_norm_ns else 0
+        if elapsed and cost > MAX_NORM_COST * elapsed:
+            self.norm_every *= 2
+        self.last_norm_ns = started
+        self.next_norm_step = step + self.norm_every
         if norm.device.type == "cpu":
             self._observe(step, float(norm))
             return
@@ -111,13 +125,12 @@ class CodeChecksPart(Part):
 
     def _observe(self, step: int, norm: float) -> None:
         history = self.norms
-        if len(history) >= MIN_NORM_SAMPLES:
-            median = statistics.median(history)
-            if not math.isfinite(norm) or (median > 0 and norm > SPIKE_FACTOR * median):
-                self.spike_reported = True
-                self.probe.event("grad_norm_spike", norm=norm if math.isfinite(norm) else str(norm),
-                                 median=median, step=step)
-                return
+        median = statistics.median(history) if len(history) >= MIN_NORM_SAMPLES else None
+        if not math.isfinite(norm) or (median and norm > SPIKE_FACTOR * median):
+            self.spike_reported = True
+            self.probe.event("grad_norm_spike", norm=norm if math.isfinite(norm) else str(norm),
+                             median=median, step=step)
+            return
         if math.isfinite(norm):
             history.append(norm)
             del history[:-NORM_HISTORY]

@@ -88,31 +88,33 @@ class ForwardPart(Part):
         probe = self.probe
         clock = probe.clock
         key = id(module)
-        if key not in self.root_has_params:
+        has_params = self.root_has_params.get(key)
+        if has_params is None:
             self.roots[key] = module
-            self.root_has_params[key] = any(True for _ in module.parameters())
-            if self.root_has_params[key]:
+            self.root_has_params[key] = has_params = any(True for _ in module.parameters())
+            if has_params:
                 probe.fact(f"model.{type(module).__name__}", facts.describe_model(module))
         if module.training:
-            if probe.optimizer_part.fallback and clock.backwards_since_step:
+            if clock.backwards_since_step and probe.optimizer_part.fallback:
                 probe.end_step()
             if clock.loader_batches == 0:
                 if clock.forwards == 0:
                     clock.reclassify_gap_as_data_wait()
-                if self.root_has_params[key] and args:
+                if has_params and args:
                     clock.samples += batch_size_of(args[0])
-            if self.root_has_params[key]:
+            if has_params:
                 clock.micro_batches += 1
             clock.forwards += 1
         else:
             clock.eval_forwards += 1
-            if torch.is_grad_enabled() and self.root_has_params[key]:
+            if torch.is_grad_enabled() and has_params:
                 clock.eval_grad_forwards += 1
                 if not self.eval_grad_reported:
                     self.eval_grad_reported = True
                     probe.event("eval_forward_with_grad", location=fmt(user_frame(4)),
                                 module=type(module).__name__)
-        if not self.autocast_seen and torch.is_autocast_enabled():
+        if not self.autocast_seen and clock.forwards == 1 and (
+                torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")):
             self.autocast_seen = True
             probe.fact("amp.autocast", {"enabled": True})
         clock.enter(FORWARD)

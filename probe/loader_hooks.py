@@ -135,7 +135,7 @@ class LoaderPart(Part):
     def before_batch(self, it) -> None:
         probe = self.probe
         clock = probe.clock
-        if probe.optimizer_part.fallback and clock.backwards_since_step:
+        if clock.backwards_since_step and probe.optimizer_part.fallback:
             probe.end_step()
         clock.enter(DATA_WAIT)
         pending = it.__dict__.pop("_fastmon_pending", None)
@@ -151,7 +151,7 @@ class LoaderPart(Part):
         clock = self.probe.clock
         clock.loader_batches += 1
         clock.samples += batch_size_of(batch)
-        state = self.loaders.get(it.__dict__.get("_fastmon_loader_key"))
+        state = it.__dict__.get("_fastmon_state")
         if state is not None:
             state.batches += 1
             self.last_loader = state
@@ -164,7 +164,7 @@ class LoaderPart(Part):
             self.loaders[key] = state
         state.epochs += 1
         state.live = weakref.ref(it)
-        it.__dict__["_fastmon_loader_key"] = key
+        it.__dict__["_fastmon_state"] = state
         self.send_facts(state, iter_seconds=seconds)
 
     def send_facts(self, state: LoaderState, **extra) -> None:

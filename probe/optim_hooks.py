@@ -52,12 +52,12 @@ class OptimizerPart(Part):
             return orig_init(opt, *args, **kwargs)
 
         def zero_grad(opt, set_to_none: bool = True):
-            if part.on:
+            if not set_to_none and part.on:
                 set_to_none = part.check_set_to_none(set_to_none)
             return orig_zero(opt, set_to_none)
 
         def module_zero_grad(module, set_to_none: bool = True):
-            if part.on:
+            if not set_to_none and part.on:
                 set_to_none = part.check_set_to_none(set_to_none)
             return orig_module_zero(module, set_to_none)
 
@@ -115,12 +115,14 @@ class OptimizerPart(Part):
             if not self.created:
                 self.created = 1
             self.probe.fact(f"optimizer.{type(optimizer).__name__}", facts.describe_optimizer(optimizer))
-        self.probe.clock.enter(OPTIMIZER)
+        clock = self.probe.clock
+        clock.enter(OPTIMIZER)
         checks = self.probe.checks_part
-        try:
-            checks.before_optimizer_step(optimizer)
-        except Exception as exc:
-            checks.fail(exc)
+        if clock.step >= checks.next_norm_step:
+            try:
+                checks.before_optimizer_step(optimizer)
+            except Exception as exc:
+                checks.fail(exc)
 
     def _post(self, optimizer, args, kwargs):
         if not self.on or threading.get_ident() != self.main_thread or self.depth == 0:

@@ -94,8 +94,10 @@ class Probe:
         try:
             self.clock.end_step()
             step = self.clock.step - 1
-            self.forward_part.after_step(step)
-            self.backward_part.after_step(step)
+            if self.forward_part.discovering:
+                self.forward_part.after_step(step)
+            if self.backward_part.watch:
+                self.backward_part.after_step(step)
             loader = self.loader_part.last_loader
             if loader is not None:
                 self.loader_part.train_loader = loader

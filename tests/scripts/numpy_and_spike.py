@@ -1,4 +1,4 @@
-"""torch.tensor(ndarray) every step, and one exploding gradient at step 150."""
+"""torch.tensor(ndarray) every step, and gradients that blow up at step 160 (and stay NaN)."""
 import numpy as np
 import torch
 from torch import nn
@@ -6,13 +6,13 @@ from torch import nn
 rng = np.random.default_rng(0)
 model = nn.Linear(16, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-for step in range(200):
+for step in range(260):
     x = torch.tensor(rng.standard_normal((32, 16), dtype=np.float32))
     y = torch.tensor(rng.standard_normal((32, 1), dtype=np.float32))
     optimizer.zero_grad()
     loss = nn.functional.mse_loss(model(x), y)
     if step == 160:
-        loss = loss * 1e6  # a bad batch
+        loss = loss * float("inf")  # a bad batch: inf gradients, then NaN weights for good
     loss.backward()
     optimizer.step()
 print("done")

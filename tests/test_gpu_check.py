@@ -1,0 +1,20 @@
+"""benchmarks/gpu_check.py runs everywhere: on a machine without CUDA every check says skipped."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the checks really run (minutes): run it by hand")
+def test_gpu_check_skips_every_check_without_cuda(tmp_path):
+    out = subprocess.run([sys.executable, ROOT / "benchmarks" / "gpu_check.py", "--out", tmp_path],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.strip().startswith("skipped")]
+    assert len(lines) == 8 and all("no CUDA device" in line for line in lines)
+    assert "0 passed, 0 failed, 8 skipped on no GPU" in out.stdout
+    assert list(tmp_path.glob("gpu_check-*.md")) and list(tmp_path.glob("gpu_check-*.json"))
