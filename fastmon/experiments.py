@@ -114,6 +114,8 @@ class ExperimentRunner:
         exp = self.active
         if exp is None or message.get("exp") != exp.exp:
             return
+        if message.get("t") == "applied" and message.get("params") not in (None, exp.live_params):
+            return  # another rank's answer to an earlier candidate of this search
         if message.get("t") == "reverted":
             exp.state = "reverted" if message.get("ok") else "revert failed"
             self._conclude(exp)

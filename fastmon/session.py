@@ -21,7 +21,7 @@ from pathlib import Path
 from fastmon.advisor import Facts, Window, advise
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
-from fastmon.phases import STEP_FIELDS
+from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.probe.publisher import steps_from_wire
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.samplers import GpuSampler, HostSampler
@@ -35,6 +35,8 @@ SYNC_AHEAD_STEPS = 5  # under DDP, changes are scheduled this many steps ahead o
 SAFE_ACTIONS = frozenset({"loader", "cudnn_benchmark", "anomaly_detection", "set_to_none"})
 
 _RANK = STEP_FIELDS.index("rank")
+_WALL = STEP_FIELDS.index("wall")
+_PHASE_COLUMNS = [STEP_FIELDS.index(p) for p in PHASES]
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RankState:
     samples: int = 0
     wall: float = 0.0
     last_t: float = 0.0
+    phase_totals: list = field(default_factory=lambda: [0.0] * len(PHASES))  # seconds, whole run
 
 
 @dataclass
@@ -168,8 +171,11 @@ class Session:
                     rank_state.rows.append(row)
                     rank_state.steps += 1
                     rank_state.samples += row[STEP_FIELDS.index("samples")]
-                    rank_state.wall += row[STEP_FIELDS.index("wall")]
+                    rank_state.wall += row[_WALL]
                     rank_state.last_t = row[STEP_FIELDS.index("t_end")]
+                    totals = rank_state.phase_totals
+                    for i, column in enumerate(_PHASE_COLUMNS):
+                        totals[i] += row[column]
                     rec.put("steps", tuple(row))
             elif kind == "device":
                 rec.put("device_steps", tuple(message.get(f) for f in DEVICE_FIELDS))

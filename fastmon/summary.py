@@ -13,14 +13,18 @@ STRAGGLER_STEP_SHARE = 0.05  # ... and worth at least this share of a step: the 
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
+def rates(steps: int, samples: int, wall: float, phase_totals: dict) -> dict:
+    """The run-wide figures from running totals (what the header shows), rounded as the report."""
+    total = sum(phase_totals.values())
+    return {"steps": steps, "samples": samples, "duration_s": round(wall, 4),
+            "steps_per_s": round(steps / wall, 3) if wall > 0 else 0.0,
+            "samples_per_s": round(samples / wall, 3) if wall > 0 else 0.0,
+            "phases": {p: round(v / total, 5) if total > 0 else 0.0 for p, v in phase_totals.items()}}
+
+
 def window_summary(window: Window) -> dict:
     return {
-        "steps": window.steps,
-        "samples": window.samples,
-        "duration_s": round(window.wall, 4),
-        "steps_per_s": round(window.steps_per_s, 3),
-        "samples_per_s": round(window.samples_per_s, 3),
-        "phases": {p: round(s, 5) for p, s in window.shares.items()},
+        **rates(window.steps, window.samples, window.wall, window.phase_totals),
         "phase_ms": {p: {"median": round(window.phase_median[p] * 1e3, 4), "p90": round(window.phase_p90[p] * 1e3, 4)}
                      for p in PHASES},
         "step_ms": {"median": round(window.step_median * 1e3, 4), "p90": round(window.step_p90 * 1e3, 4)},

@@ -179,7 +179,7 @@ def test_healthy_cpu_run_gets_no_advice():
 
 def test_num_workers_searches_past_the_core_count_and_estimates_by_amdahl():
     advice = fired(rows(ms=STARVED), facts(loader=LOADER))["dataloader.num_workers"]
-    assert [c["num_workers"] for c in advice.apply.search] == [2, 4, 8]
+    assert [c["num_workers"] for c in advice.apply.search] == [2, 4, 8, 16]
     share = 60 / 72
     assert advice.est_gain == pytest.approx(amdahl(share), rel=0.01)
     assert "83%" in advice.evidence and "num_workers=0" in advice.evidence

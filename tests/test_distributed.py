@@ -67,3 +67,28 @@ def test_report_merges_run_folders_from_several_nodes(run_fastmon, tmp_path):
     summary = json.loads(merged.stdout)
     assert [r["rank"] for r in summary["ranks"]] == [0, 1]
     assert all(r["steps"] == 6 for r in summary["ranks"])
+
+
+def test_hot_apply_lands_on_every_rank_at_the_same_step(run_fastmon, report, tmp_path):
+    out = run_fastmon("run", "--headless", "--apply", "auto", "--nproc-per-node", "2", SCRIPTS / "ddp_starved.py",
+                      "--out", tmp_path / "seen", timeout=400)
+    assert out.returncode == 0, out.stderr
+    (run,) = (tmp_path / "fastmon-runs").iterdir()
+    import sqlite3
+
+    db = sqlite3.connect(run / "run.sqlite")
+    acks = [json.loads(d) for (d,) in db.execute("SELECT data FROM events WHERE kind = 'applied'")]
+    by_exp: dict = {}
+    for ack in acks:
+        assert ack["ok"], ack
+        by_exp.setdefault((ack["exp"], json.dumps(ack["params"])), []).append(ack["step"])
+    assert by_exp, "nothing was applied"
+    for steps in by_exp.values():
+        assert len(steps) == 2 and steps[0] == steps[1]  # both ranks, the same step
+    # every sample of each rank's shard, once per epoch, across the rebuilds
+    shards = [[list(map(int, line.split())) for line in (tmp_path / f"seen.{r}").read_text().splitlines()]
+              for r in (0, 1)]
+    for epoch in range(2):
+        together = sorted(shards[0][epoch] + shards[1][epoch])
+        assert together == list(range(4096))
+    assert report()["applied"][0]["kept"]

@@ -77,7 +77,6 @@ class FastmonApp(App[str | None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#breakdown").border_title = "where the step goes"
         self._layout_for(self.size.width, self.size.height)
         self.redraw()
         self.set_interval(REDRAW_EVERY, self.redraw)

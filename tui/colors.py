@@ -1,4 +1,4 @@
-"""Phase colours, the same in every chart, bar and table (rich styles and plotext names)."""
+"""Phase colours, the same in every chart, bar and table."""
 
 from fastmon.phases import PHASE_LABELS, PHASES
 
@@ -12,15 +12,5 @@ PHASE_COLORS = {  # rich
     "comm": "bright_magenta",
     "other": "white",
 }
-PLOT_COLORS = {  # plotext's names for the same colours
-    "data_wait": "red",
-    "h2d": "magenta",
-    "forward": "blue",
-    "backward": "cyan",
-    "optimizer": "green",
-    "sync": "orange",
-    "comm": "magenta+",
-    "other": "white",
-}
-assert set(PHASE_COLORS) == set(PLOT_COLORS) == set(PHASE_LABELS) == set(PHASES)
+assert set(PHASE_COLORS) == set(PHASE_LABELS) == set(PHASES)
 STARVED_SHARE = 0.3  # a data_wait share above this is shown as a starved run

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from fastmon.advisor.window import Window
 from fastmon.phases import PHASES, STEP_FIELDS
-from fastmon.summary import straggler, window_summary
+from fastmon.summary import rates, straggler, window_summary
 
-CHART_BUCKETS = 60
-CHART_STEPS = 600  # the chart shows the last this many steps, in CHART_BUCKETS bars
+CHART_BUCKETS = 150
+CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
 RECENT_STEPS = 100
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 _EPOCHS_ARG = re.compile(r"^--(?:max[-_]|num[-_])?epochs?(?:=(\d+))?$")
@@ -93,11 +93,12 @@ def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
     return ranks, straggler(ranks)
 
 
-def build(*, title, status, exit_code, elapsed, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
+def build(*, title, status, exit_code, elapsed, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
           advice, applied, dropped, replay=None) -> Snapshot:
-    snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=len(rows),
-                    gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host)
-    snap.run = window_summary(Window.from_rows(rows))
+    """``run``: the run-wide figures (``summary.rates``); ``rows``: the latest steps, enough for the chart."""
+    snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=run["steps"],
+                    gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
+                    run=run)
     snap.recent = Window.from_rows(rows[-RECENT_STEPS:])
     snap.buckets, snap.bucket_steps = chart_buckets(rows)
     if rows:
@@ -131,7 +132,10 @@ class LiveSource:
         session = self.session
         state = session.state
         with session.lock:
-            rank_rows = {rank: list(rs.rows) for rank, rs in state.ranks.items()}
+            rank_rows = {rank: list(rs.rows)[-CHART_STEPS:] for rank, rs in state.ranks.items()}
+            first = state.ranks[min(state.ranks)] if state.ranks else None
+            run = rates(first.steps, first.samples, first.wall, dict(zip(PHASES, first.phase_totals))) if first \
+                else rates(0, 0, 0.0, dict.fromkeys(PHASES, 0.0))
             facts = dict(state.facts)
             host = dict(state.host)
             gpu = list(state.gpu)
@@ -141,7 +145,7 @@ class LiveSource:
             elapsed = (state.ended or time.time()) - state.started
         rows = rank_rows.get(min(rank_rows), []) if rank_rows else []
         argv = list(session.options.target[2:] if session.options.target[0] == "-m" else session.options.target[1:])
-        return build(title=self.title, status=status, exit_code=exit_code, elapsed=elapsed, rows=rows,
+        return build(title=self.title, status=status, exit_code=exit_code, elapsed=elapsed, run=run, rows=rows,
                      rank_rows=rank_rows, facts=facts, argv=argv, host=host, gpu_samples=gpu,
                      gpu_note=session.gpu.note, advice=advice, applied=applied, dropped=dropped)
 
@@ -182,6 +186,16 @@ class ReplaySource:
         self.position = len(self.rows)  # steps shown: rows[:position]
         self.title = " ".join(self.meta.get("target") or []) or str(run_dir)
         self._log_sent = False
+        self._run_cache: tuple[int, dict] | None = None
+
+    def _run_upto(self) -> dict:
+        """Run-wide figures up to the scrubber, computed once per position."""
+        if self._run_cache is None or self._run_cache[0] != self.position:
+            rows = self.rows[:self.position]
+            totals = {p: sum(r[_I[p]] for r in rows) for p in PHASES}
+            run = rates(len(rows), sum(r[_I["samples"]] for r in rows), sum(r[_I["wall"]] for r in rows), totals)
+            self._run_cache = (self.position, run)
+        return self._run_cache[1]
 
     def move(self, delta: int) -> None:
         self.position = min(max(self.position + delta, 1 if self.rows else 0), len(self.rows))
@@ -199,10 +213,10 @@ class ReplaySource:
         status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
         target = self.meta.get("target") or []
         argv = target[2:] if target[:1] == ["-m"] else target[1:]
-        rank_rows = {rank: [r for r in rs if r[_I["t_end"]] <= t] for rank, rs in self.rank_rows.items()}
+        rank_rows = {rank: [r for r in rs if r[_I["t_end"]] <= t][-RECENT_STEPS:] for rank, rs in self.rank_rows.items()}
         started = self.meta.get("started") or (rows[0][_I["t_end"]] if rows else 0)
         return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
-                     elapsed=max(t - started, 0.0), rows=rows, rank_rows=rank_rows, facts=self.facts, argv=argv,
+                     elapsed=max(t - started, 0.0), run=self._run_upto(), rows=rows[-CHART_STEPS:], rank_rows=rank_rows, facts=self.facts, argv=argv,
                      host=host, gpu_samples=gpu, gpu_note=self.meta.get("gpu_note") or "", advice=self.advice,
                      applied=self.applied, dropped=self.meta.get("dropped", 0),
                      replay=(self.position, len(self.rows)))

@@ -14,8 +14,8 @@ from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, Advice, Apply, amdahl
 ID = "dataloader.num_workers"
 MIN_DATA_WAIT_SHARE = 0.20
 MIN_STEPS = 10
-MAX_WORKERS_FLOOR = 8  # search at least this far, even on a 2-core laptop
-MAX_WORKERS_PER_CORE = 2
+MAX_WORKERS_FLOOR = 16  # search at least this far, even on a 2-core laptop
+MAX_WORKERS_PER_CORE = 4
 
 
 def worker_candidates(current: int, cpu_count: int) -> tuple:
