@@ -34,32 +34,27 @@ def split_run_args(argv: list[str]):
     own, torchrun, i = [], [], 0
     while i < len(argv):
         arg = argv[i]
-        name = arg.split("=", 1)[0].replace("_", "-") if arg.startswith("--") else arg
         if arg == "-m":
             if i + 1 >= len(argv):
                 raise UsageError("-m needs a module name")
             return own, torchrun, ["-m", *argv[i + 1:]]
-        if name in TORCHRUN_VALUE_OPTIONS or name in TORCHRUN_FLAGS:
-            takes_value = name in TORCHRUN_VALUE_OPTIONS and "=" not in arg
-            torchrun += [name + ("=" + arg.split("=", 1)[1] if "=" in arg else "")]
-            if takes_value:
-                if i + 1 >= len(argv):
-                    raise UsageError(f"{arg} needs a value")
-                torchrun.append(argv[i + 1])
-                i += 1
-        elif name in RUN_VALUE_OPTIONS:
-            own.append(arg)
-            if "=" not in arg:
-                if i + 1 >= len(argv):
-                    raise UsageError(f"{arg} needs a value")
-                own.append(argv[i + 1])
-                i += 1
-        elif name in RUN_FLAGS:
-            own.append(arg)
-        elif arg.startswith("-"):
-            raise UsageError(f"unknown option {arg!r} (fastmon's options go before the script)")
-        else:
+        if not arg.startswith("-"):
             return own, torchrun, argv[i:]
+        name, equals, value = arg.partition("=")
+        if name.startswith("--"):
+            name = name.replace("_", "-")  # torchrun accepts --nproc_per_node too
+        if name in TORCHRUN_VALUE_OPTIONS or name in TORCHRUN_FLAGS:
+            dest = torchrun
+        elif name in RUN_VALUE_OPTIONS or name in RUN_FLAGS:
+            dest = own
+        else:
+            raise UsageError(f"unknown option {arg!r} (fastmon's options go before the script)")
+        dest.append(name + equals + value)
+        if (name in TORCHRUN_VALUE_OPTIONS or name in RUN_VALUE_OPTIONS) and not equals:
+            if i + 1 >= len(argv):
+                raise UsageError(f"{arg} needs a value")
+            dest.append(argv[i + 1])
+            i += 1
         i += 1
     return own, torchrun, []
 
