@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 STARVED = HERE.parent / "examples" / "starved.py"
 CASES = {  # name -> starved.py arguments
     "2 ms/sample, batch 32": ["--load-ms", "2", "--batch-size", "32"],
-    "0.5 ms/sample, batch 64": ["--load-ms", "0.5", "--batch-size", "64", "--samples", "12800"],
+    "0.5 ms/sample, batch 64": ["--load-ms", "0.5", "--batch-size", "64", "--samples", "38400"],
     "4 ms/sample, batch 16": ["--load-ms", "4", "--batch-size", "16", "--samples", "4800"],
 }
 GRID = (0, 2, 4, 8, 16)

@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 LOOP = HERE / "loop.py"
 CASES = {  # name -> loop.py arguments
     "~0.3 ms step (MLP 64, batch 32, DataLoader)": ["--width", "64", "--batch", "32", "--steps", "3000"],
-    "~3 ms step (MLP 1024, batch 256, DataLoader)": ["--width", "1024", "--batch", "256", "--steps", "400"],
+    "~3 ms step (MLP 640, batch 192, DataLoader)": ["--width", "640", "--batch", "192", "--steps", "600"],
 }
 
 

@@ -31,11 +31,15 @@ ADVISOR_WINDOW = 200  # steps the advisor looks at
 ADVISE_EVERY = 1.0
 SAMPLE_EVERY = 0.5
 MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representative
-SYNC_AHEAD_STEPS = 5  # under DDP, changes are scheduled this many steps ahead of the furthest rank
+# Under DDP a change is scheduled this far ahead of the furthest rank the monitor has heard
+# of: records arrive in 100 ms batches and commands are read every 100 ms.
+SYNC_AHEAD_SECONDS = 0.5
+SYNC_AHEAD_MIN_STEPS = 3
 SAFE_ACTIONS = frozenset({"loader", "cudnn_benchmark", "anomaly_detection", "set_to_none"})
 
 _RANK = STEP_FIELDS.index("rank")
 _WALL = STEP_FIELDS.index("wall")
+_STEP = STEP_FIELDS.index("step")
 _PHASE_COLUMNS = [STEP_FIELDS.index(p) for p in PHASES]
 
 
@@ -320,11 +324,14 @@ class Session:
         with self.lock:
             ranks = self.state.ranks
             if len(ranks) > 1:
-                # Under DDP every rank applies the change at the same step, a few steps
-                # ahead of the furthest rank; a rank already past it refuses, and the
-                # experiment fails (and is reverted) rather than split the ranks.
-                furthest = max(rs.rows[-1][STEP_FIELDS.index("step")] for rs in ranks.values() if rs.rows)
-                message = dict(message, at_step=furthest + 1 + SYNC_AHEAD_STEPS)
+                # Under DDP every rank applies the change at the same step, ahead of the
+                # furthest rank; a rank already past it refuses, and the experiment fails
+                # (and is undone everywhere) rather than split the ranks.
+                lead = max((rs for rs in ranks.values() if rs.rows), key=lambda rs: rs.rows[-1][_STEP])
+                recent = list(lead.rows)[-20:]
+                rate = len(recent) / max(sum(r[_WALL] for r in recent), 1e-6)
+                ahead = max(SYNC_AHEAD_MIN_STEPS, int(rate * SYNC_AHEAD_SECONDS) + 1)
+                message = dict(message, at_step=lead.rows[-1][_STEP] + ahead)
         self.channel.send(message)
 
     def _experiment_done(self, result: dict) -> None:

@@ -77,7 +77,11 @@ class BackwardPart(Part):
         clock.enter(BACKWARD)
 
     def after(self) -> None:
-        self.probe.clock.leave()
+        clock = self.probe.clock
+        started = clock.mark
+        clock.leave()
+        if self.probe.ddp_watch is not None:
+            self.probe.ddp_watch.backward_done(started)
         self.probe.cuda_mark("backward_end")
 
     def after_step(self, step: int) -> None:

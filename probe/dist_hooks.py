@@ -1,18 +1,24 @@
 """Collective time (``comm``): calls into ``torch.distributed`` collectives, wrapped at
-module level, in processes where torch.distributed is available.
+module level, and DDP's gradient all-reduce wait.
 
-DDP's gradient all-reduce runs inside the C++ reducer during backward, not through
-these functions: for DDP it shows inside ``backward`` (the straggler's peers wait there).
+DDP's all-reduce runs inside the C++ reducer during backward, overlapped with the
+gradient computation; what the host waits for after the last gradient is computed is
+the communication that did not overlap. A post-accumulate-grad hook on the first few
+parameters of a DDP model (the input side, whose gradients come last) marks the end of
+the computation; the rest of that backward is charged to ``comm``.
 """
 
 from __future__ import annotations
 
 import threading
+from time import perf_counter_ns
 
 import torch.distributed as dist
 
-from fastmon.phases import COMM
+from fastmon.phases import BACKWARD, COMM
 from fastmon.probe.guard import Part
+
+DDP_WATCHED_PARAMS = 2  # the input-side parameters whose gradients DDP's backward computes last
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
                "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "all_to_all",
@@ -26,6 +32,8 @@ class DistPart(Part):
         super().__init__(probe)
         self.main_thread = threading.main_thread().ident
         self.originals: dict[str, object] = {}
+        self.ddp_handles: list = []
+        self.last_grad_ns = 0
 
     def install(self) -> None:
         for name in COLLECTIVES:
@@ -38,6 +46,29 @@ class DistPart(Part):
         for name, original in self.originals.items():
             setattr(dist, name, original)
         self.originals = {}
+        for handle in self.ddp_handles:
+            handle.remove()
+        self.ddp_handles = []
+
+    def watch_ddp(self, ddp_module) -> None:
+        params = [p for p in ddp_module.module.parameters() if p.requires_grad][:DDP_WATCHED_PARAMS]
+        for param in params:
+            self.ddp_handles.append(param.register_post_accumulate_grad_hook(self._grad_ready))
+
+    def _grad_ready(self, param) -> None:
+        # Runs on autograd's thread: only a timestamp, read by the training thread later.
+        self.last_grad_ns = perf_counter_ns()
+
+    def backward_done(self, backward_started_ns: int) -> None:
+        """Charge the tail of a DDP backward, after the last gradient, to ``comm``."""
+        last = self.last_grad_ns
+        if not self.ddp_handles or last <= backward_started_ns:
+            return
+        clock = self.probe.clock
+        wait = min(clock.mark - last, clock.acc[BACKWARD])
+        if wait > 0:
+            clock.acc[BACKWARD] -= wait
+            clock.acc[COMM] += wait
 
     def _wrap(self, original):
         part = self

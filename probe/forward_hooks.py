@@ -94,6 +94,9 @@ class ForwardPart(Part):
             self.root_has_params[key] = has_params = any(True for _ in module.parameters())
             if has_params:
                 probe.fact(f"model.{type(module).__name__}", facts.describe_model(module))
+            if probe.dist_part is not None and isinstance(module, torch.nn.parallel.DistributedDataParallel):
+                probe.dist_part.watch_ddp(module)
+                probe.ddp_watch = probe.dist_part
         if module.training:
             if clock.backwards_since_step and probe.optimizer_part.fallback:
                 probe.end_step()

@@ -47,10 +47,13 @@ class Probe:
         self.parts = [self.forward_part, self.loader_part, self.backward_part, self.optimizer_part, self.checks_part]
         import torch.distributed as dist
 
+        self.dist_part = None
+        self.ddp_watch = None  # the DistPart once a DDP model has been seen
         if dist.is_available():
             from fastmon.probe.dist_hooks import DistPart
 
-            self.parts.append(DistPart(self))
+            self.dist_part = DistPart(self)
+            self.parts.append(self.dist_part)
         if self.cuda:
             from fastmon.probe.device_hooks import DevicePart
 

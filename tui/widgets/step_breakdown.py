@@ -51,6 +51,7 @@ class StepBreakdown(Widget):
             label = f"{top * (row + 1) / plot_h if row else 0.0:7.1f}┤" if row in (plot_h - 1, plot_h // 2, 0) else " " * 7 + "│"
             line = Text(label, style="dim")
             low = row * 8
+            run, run_style = [], ""
             for segments in columns:
                 total8 = segments[-1][0]
                 char, style = " ", ""
@@ -58,7 +59,13 @@ class StepBreakdown(Widget):
                     # coloured by the phase at the cell's bottom; full unless the column ends here
                     style = next(color for height8, color in segments if height8 > low)
                     char = EIGHTHS[min(total8 - low, 8)]
-                line.append(char, style=style)
+                if style != run_style and run:
+                    line.append("".join(run), style=run_style)  # one span per run of a colour
+                    run = []
+                run_style = style
+                run.append(char)
+            if run:
+                line.append("".join(run), style=run_style)
             lines.append(line)
         first = max(self.last_step - len(buckets) * self.bucket_steps, 0)
         axis = Text(" " * 7 + "└" + "─" * len(buckets), style="dim")
