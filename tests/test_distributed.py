@@ -92,3 +92,19 @@ def test_hot_apply_lands_on_every_rank_at_the_same_step(run_fastmon, report, tmp
         together = sorted(shards[0][epoch] + shards[1][epoch])
         assert together == list(range(4096))
     assert report()["applied"][0]["kept"]
+
+
+async def test_the_dashboard_shows_ranks_side_by_side_and_names_the_straggler(run_fastmon, tmp_path):
+    from fastmon.records import resolve_run
+    from fastmon.tui.app import FastmonApp
+    from fastmon.tui.snapshot import ReplaySource
+
+    out = run_fastmon("run", "--headless", "--nproc-per-node", "2", DDP, "--slow-rank", "1")
+    assert out.returncode == 0, out.stderr
+    app = FastmonApp(ReplaySource(resolve_run("latest", tmp_path / "fastmon-runs")))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.5)
+        ranks = str(app.query_one("#ranks").render())
+        assert "rank 0:" in ranks and "rank 1:" in ranks
+        assert "straggler: rank 1" in ranks
+        await pilot.press("q")
