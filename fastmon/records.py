@@ -8,7 +8,6 @@ import os
 import queue
 import sqlite3
 import threading
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -77,7 +76,8 @@ def resolve_run(spec: str, runs_dir: str | os.PathLike = DEFAULT_RUNS_DIR) -> Pa
 
 
 class Recorder:
-    """Writes rows on its own thread; ``put`` never blocks the caller."""
+    """Writes rows on its own thread, in batches every ``FLUSH_EVERY`` seconds; ``put``
+    never blocks the caller."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / RECORD_FILE
@@ -101,26 +101,25 @@ class Recorder:
         db.executescript(SCHEMA)
         db.commit()
         self._ready.set()
-        last_commit = time.monotonic()
+        while True:
+            closing = self._closed.wait(FLUSH_EVERY)
+            self._write_queued(db)
+            db.commit()
+            if closing:
+                break
+        db.close()
+
+    def _write_queued(self, db) -> None:
+        """Everything queued so far, one executemany per table, in arrival order per table."""
+        by_table: dict[str, list] = {}
         while True:
             try:
-                table, row = self._queue.get(timeout=FLUSH_EVERY / 2)
-                db.execute(_INSERT[table], row)
+                table, row = self._queue.get_nowait()
             except queue.Empty:
-                pass
-            now = time.monotonic()
-            if now - last_commit >= FLUSH_EVERY or self._closed.is_set():
-                while True:  # drain what is queued before committing
-                    try:
-                        table, row = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    db.execute(_INSERT[table], row)
-                db.commit()
-                last_commit = now
-                if self._closed.is_set() and self._queue.empty():
-                    break
-        db.close()
+                break
+            by_table.setdefault(table, []).append(row)
+        for table, rows in by_table.items():
+            db.executemany(_INSERT[table], rows)
 
     def close(self) -> None:
         self._closed.set()
