@@ -66,7 +66,7 @@ async def dashboard_run(rate: float, seconds: float, runs_dir: str) -> dict:
 
 def headless_run(rate: float, seconds: float, runs_dir: str) -> dict:
     options = RunOptions(target=[str(HERE / "paced_loop.py"), "--rate", str(rate), "--seconds", str(seconds)],
-                         runs_dir=runs_dir, headless=True)
+                         runs_dir=runs_dir)
     session = Session(options)
     session.start()
     time.sleep(WARMUP_S)

@@ -103,7 +103,7 @@ def cmd_run(argv: list[str]) -> int:
         # two runs on one machine do not collide on 29500.
         torchrun.append("--standalone")
     apply = args.apply or ("never" if args.headless else "ask")
-    options = RunOptions(target=target, headless=args.headless, apply=apply,
+    options = RunOptions(target=target, apply=apply,
                          allow=frozenset(filter(None, args.allow.split(","))), runs_dir=args.runs_dir,
                          torchrun=torchrun or None)
     if args.headless:

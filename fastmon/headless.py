@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 
 from fastmon.advisor.window import Window
 from fastmon.phases import PHASE_LABELS, PHASES

@@ -46,7 +46,6 @@ _PHASE_COLUMNS = [STEP_FIELDS.index(p) for p in PHASES]
 @dataclass
 class RunOptions:
     target: list[str]  # [script, *args] or ["-m", module, *args]
-    headless: bool = False
     apply: str = "never"  # ask | auto | never
     allow: frozenset = frozenset()  # advice ids auto may apply although they change the maths
     runs_dir: str = "fastmon-runs"
@@ -270,7 +269,7 @@ class Session:
                     data.update(status="open", first_step=window.last_step)
                     self.state.advice[advice.id] = data
                 elif entry["status"] == "open":
-                    entry.update({k: v for k, v in data.items()})
+                    entry.update(data)
                 else:
                     continue
                 self.recorder.put("advice", (advice.id, time.time(), json.dumps(self.state.advice[advice.id])))

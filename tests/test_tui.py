@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from pathlib import Path
 
 import pytest
 

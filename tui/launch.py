@@ -18,8 +18,6 @@ def run_dashboard(options, exit_on_finish: bool = False) -> int:
     result = app.run()
     if result == "detach" and session.state.status == "running":
         # The dashboard is gone; the training finishes here, headless, still recorded.
-        with session.lock:
-            session.state.status = "running"
         session.passthrough = True
         sys.stderr.write(f"[fastmon] detached: the training goes on, recorded in {session.run_dir}\n")
         printer = StatusPrinter(session)
@@ -27,10 +25,7 @@ def run_dashboard(options, exit_on_finish: bool = False) -> int:
         code = session.wait()
         printer.stop()
         return code
-    if session.proc is not None and session.proc.poll() is None:
-        code = session.wait()
-    else:
-        code = session.state.exit_code if session.state.exit_code is not None else session.wait()
+    code = session.wait()  # at once if the dashboard's worker already saw the end
     from fastmon.report import format_text
     from fastmon.summary import summarize
 
