@@ -44,3 +44,10 @@ def amdahl(share: float, speedup: float = float("inf")) -> float:
     share = min(max(share, 0.0), 0.999)
     rest = share / speedup if speedup != float("inf") else 0.0
     return 1.0 / (1.0 - share + rest)
+
+
+def gain_text(est_gain: float | None) -> str:
+    """How an estimate reads on screen. An estimate, not a bound: Amdahl's law on the
+    measured share, while compute that stops waiting often gets faster too (warm caches,
+    busy thread pools), so a measured result can beat it."""
+    return f"est. {est_gain:.1f}x" if est_gain else ""

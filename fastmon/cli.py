@@ -70,7 +70,8 @@ def run_parser() -> argparse.ArgumentParser:
                         help="hot-apply: ask (dashboard default), auto (safe changes only), never (headless default)")
     parser.add_argument("--allow", default="", help="comma-separated advice ids that auto may apply although "
                         "they change the maths of training (amp, tf32)")
-    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
+    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"),
+                        help="where run folders go (default ./fastmon-runs, or $FASTMON_RUNS_DIR)")
     parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the script ends")
     return parser
 

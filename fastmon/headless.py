@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 
+from fastmon.advisor.types import gain_text
 from fastmon.advisor.window import Window
 from fastmon.phases import PHASE_LABELS, PHASES
 
@@ -66,7 +67,7 @@ class StatusPrinter:
                     continue
                 self._seen_advice.add(key)
                 if advice.get("status") == "open":
-                    gain = f" (up to {advice['est_gain']:.2f}x)" if advice.get("est_gain") else ""
+                    gain = f" ({gain_text(advice['est_gain'])})" if advice.get("est_gain") else ""
                     out.append(f"[fastmon] advice {advice['id']}: {advice['title']}{gain} — {advice['evidence']}")
                 elif advice.get("status") not in ("applying", "dismissed"):
                     out.append(f"[fastmon] {advice['id']}: {advice['status']}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fastmon.advisor.types import gain_text
 from fastmon.phases import PHASES
 
 
@@ -55,7 +56,7 @@ def format_text(s: dict) -> str:
         lines.append("")
         lines.append("  advice:")
         for a in s["advice"]:
-            gain = f" (up to {a['est_gain']:.2f}x)" if a.get("est_gain") else ""
+            gain = f" ({gain_text(a['est_gain'])})" if a.get("est_gain") else ""
             status = f" [{a['status']}]" if a.get("status") and a["status"] != "open" else ""
             lines.append(f"   • {a['id']}: {a['title']}{gain}{status}")
             lines.append(f"       {a['evidence']}")

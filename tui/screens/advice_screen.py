@@ -8,12 +8,15 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
+from fastmon.advisor.types import gain_text
+
 
 def advice_markdown(a: dict, can_apply: bool) -> str:
     lines = [f"# {a['title']}", f"`{a['id']}` · {a.get('action', '').replace('_', '-')} · confidence {a.get('confidence')}"
              f" · status **{a.get('status', 'open')}**", "", f"**Evidence:** {a['evidence']}"]
     if a.get("est_gain"):
-        lines.append(f"\n**Estimated gain:** up to {a['est_gain']:.2f}x samples/s (Amdahl bound)")
+        lines.append(f"\n**Estimated gain:** {gain_text(a['est_gain'])} samples/s (Amdahl's law on the measured "
+                     "share; compute that stops waiting often speeds up too)")
     if a.get("why"):
         lines.append(f"\n**Why it matters:** {a['why']}")
     if a.get("location"):

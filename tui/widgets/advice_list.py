@@ -6,11 +6,13 @@ from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from fastmon.advisor.types import gain_text
+
 
 def advice_line(a: dict) -> Text:
     text = Text()
     gain = a.get("est_gain")
-    text.append(f"{'≤' + format(gain, '.1f') + 'x' if gain else '    '} ", style="bold green" if gain else "")
+    text.append(f"{gain_text(gain) or '         '} ", style="bold green" if gain else "")
     text.append(a["title"], style="bold")
     status = a.get("status", "open")
     if status != "open":
