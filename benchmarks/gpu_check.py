@@ -15,7 +15,8 @@ Checks:
   nvml                NVML utilization and memory read during a run
   starved_fixed       the starved example fixed live (workers + pin_memory), >= 2.5x
   amp_bf16            bf16 autocast hot-applied (on accept) on a matmul-heavy model: faster, kept
-  oom_revert          a change that runs out of memory is reverted and training goes on
+  oom_revert          a batch increase that would run out of memory is refused (tried
+                      between steps) and training goes on unchanged
 """
 
 from __future__ import annotations
@@ -95,22 +96,36 @@ COPY_LOOP = textwrap.dedent("""
 """)
 
 OOM_LOOP = textwrap.dedent("""
-    import torch
+    # Memory filled so that the batch fits and 8x the batch does not; then a batch-size
+    # change is asked through the probe's control side: it must be refused (tried between
+    # steps), and the training must finish untouched.
+    import torch, fastmon.probe
     from torch import nn
-    free, total = torch.cuda.mem_get_info()
-    model = nn.Linear(4096, 4096).cuda()
+    from torch.utils.data import DataLoader, TensorDataset
+    probe = fastmon.probe.install(None)
+    acks = []
+    probe.message = acks.append
+    model = nn.Sequential(nn.Linear(4096, 16384), nn.GELU(), nn.Linear(16384, 4096)).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(64, 4096, device="cuda")
-    for step in range(400):
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
-    print("finished 400 steps")
+    loader = DataLoader(TensorDataset(torch.randn(64 * 40, 4096)), batch_size=64)
+    x = next(iter(loader))[0].cuda()
+    opt.zero_grad(); model(x).sum().backward(); opt.step()
+    need = torch.cuda.max_memory_allocated()
+    free, _ = torch.cuda.mem_get_info()
+    filler = torch.empty(int(free - 2 * need), dtype=torch.uint8, device="cuda")
+    steps = 0
+    for epoch in range(2):
+        for (xb,) in loader:
+            opt.zero_grad(); model(xb.cuda()).sum().backward(); opt.step()
+            steps += 1
+            if steps == 5:
+                probe.publisher.control.append({"t": "apply", "exp": 1, "action": "batch_size",
+                                                "params": {"factor": 8, "lr_scale": 8.0}})
+    refused = [a for a in acks if a.get("t") == "applied" and not a["ok"]]
+    print("refused", bool(refused), refused[0]["error"] if refused else "")
+    print("steps", steps, "lr", opt.param_groups[0]["lr"], "batch", loader.batch_size)
 """)
 
-
-class Skip(Exception):
-    pass
 
 
 def run(cmd, cwd, timeout=300) -> subprocess.CompletedProcess:
@@ -139,7 +154,7 @@ def value(stdout: str, key: str) -> float:
     return float(next(line.split()[1] for line in stdout.splitlines() if line.startswith(key)))
 
 
-# --- the checks: each returns a detail string, raises AssertionError to fail, Skip to skip ---
+# --- the checks: each returns a detail string, or raises AssertionError to fail ---
 def check_events_vs_profiler(cwd: Path) -> str:
     loop = script(cwd, "matmul.py", MATMUL_LOOP)
     out = fastmon(["run", "--headless", loop, 200, 4096, 512], cwd)
@@ -233,8 +248,12 @@ def check_amp_bf16(cwd: Path) -> str:
 
 
 def check_oom_revert(cwd: Path) -> str:
-    raise Skip("batch-size hot-apply is not implemented yet (fastmon only advises a larger batch), "
-               "so there is no OOM to revert")
+    loop = script(cwd, "oom.py", OOM_LOOP)
+    out = run([sys.executable, loop], cwd)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused True" in out.stdout and "out of memory" in out.stdout, out.stdout
+    assert "steps 80 lr 0.01 batch 64" in out.stdout, out.stdout
+    return "8x batch refused after a trial between steps (out of memory); training finished unchanged"
 
 
 CHECKS = {
@@ -274,8 +293,6 @@ def main() -> int:
             with tempfile.TemporaryDirectory(prefix=f"gpu-check-{check}-") as cwd:
                 try:
                     status, detail = "passed", fn(Path(cwd))
-                except Skip as exc:
-                    status, detail = "skipped", str(exc)
                 except AssertionError as exc:
                     status, detail = "failed", str(exc)
                 except Exception as exc:  # a broken check is a failure, with its reason

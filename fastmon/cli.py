@@ -22,7 +22,7 @@ TORCHRUN_VALUE_OPTIONS = {
 }
 TORCHRUN_FLAGS = {"--standalone"}
 RUN_VALUE_OPTIONS = {"--apply", "--allow", "--runs-dir"}
-RUN_FLAGS = {"--headless", "--exit-on-finish", "-h", "--help"}
+RUN_FLAGS = {"--headless", "--exit-on-finish", "--allow-batch-change", "-h", "--help"}
 
 
 class UsageError(Exception):
@@ -70,6 +70,8 @@ def run_parser() -> argparse.ArgumentParser:
                         help="hot-apply: ask (dashboard default), auto (safe changes only), never (headless default)")
     parser.add_argument("--allow", default="", help="comma-separated advice ids that auto may apply although "
                         "they change the maths of training (amp, tf32)")
+    parser.add_argument("--allow-batch-change", action="store_true",
+                        help="let --apply auto try a larger batch (with the LR scaled); it changes the training")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"),
                         help="where run folders go (default ./fastmon-runs, or $FASTMON_RUNS_DIR)")
     parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the script ends")
@@ -105,7 +107,8 @@ def cmd_run(argv: list[str]) -> int:
         torchrun.append("--standalone")
     apply = args.apply or ("never" if args.headless else "ask")
     options = RunOptions(target=target, apply=apply,
-                         allow=frozenset(filter(None, args.allow.split(","))), runs_dir=args.runs_dir,
+                         allow=frozenset(filter(None, args.allow.split(","))) | (
+                             {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
                          torchrun=torchrun or None)
     if args.headless:
         return run_headless(options)

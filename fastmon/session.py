@@ -35,7 +35,7 @@ MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representativ
 # of: records arrive in 100 ms batches and commands are read every 100 ms.
 SYNC_AHEAD_SECONDS = 0.5
 SYNC_AHEAD_MIN_STEPS = 3
-SAFE_ACTIONS = frozenset({"loader", "cudnn_benchmark", "anomaly_detection", "set_to_none"})
+SAFE_ACTIONS = frozenset({"loader", "cudnn_benchmark", "anomaly_detection", "set_to_none", "optimizer_foreach"})
 
 _RANK = STEP_FIELDS.index("rank")
 _WALL = STEP_FIELDS.index("wall")

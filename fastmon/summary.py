@@ -158,6 +158,12 @@ def permanent_changes(applied: list[dict], facts: dict) -> list[str]:
             lines.append("optimizer.zero_grad()  # set_to_none=True")
         elif a["id"] == "tf32":
             lines.append('torch.set_float32_matmul_precision("high")')
+        elif a["id"] == "optimizer.fused":
+            lines.append("torch.optim.<Optimizer>(params, ..., fused=True)  # or drop foreach=False")
+        elif a["id"] == "batch_size":
+            params = a.get("params") or {}
+            lines.append(f"DataLoader(..., batch_size=x{params.get('factor', 2):g}) and learning rates "
+                         f"x{params.get('lr_scale', 1):g} (schedulers' too)")
         elif a["id"] == "amp":
             lines.append(f'with torch.autocast("cuda", dtype=torch.{(a.get("params") or {}).get("dtype", "bfloat16")}):')
     if loader_params:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 import threading
+import weakref
 from time import perf_counter_ns
 
 import torch
@@ -40,6 +41,7 @@ class CodeChecksPart(Part):
         self.norms: list[float] = []
         self.pending_norm = None  # (step, cpu tensor, event or None)
         self.spike_reported = False
+        self.scheduler_refs: list = []  # weak references, for a batch change's LR scaling
         self.norm_every = GRAD_NORM_EVERY
         self.next_norm_step = GRAD_NORM_EVERY
         self.last_norm_ns = 0
@@ -64,6 +66,7 @@ class CodeChecksPart(Part):
         def scheduler_init(scheduler, *args, **kwargs):
             if part.on:
                 part.probe.fact("lr_scheduler", {"class": type(scheduler).__name__})
+                part.scheduler_refs.append(weakref.ref(scheduler))
             return orig_init(scheduler, *args, **kwargs)
 
         torch.tensor = tensor
@@ -74,6 +77,9 @@ class CodeChecksPart(Part):
         torch.tensor = self._orig_tensor
         torch.nn.utils.clip_grad_norm_ = self._orig_clip
         torch.optim.lr_scheduler.LRScheduler.__init__ = self._orig_scheduler_init
+
+    def schedulers(self) -> list:
+        return [s for s in (ref() for ref in self.scheduler_refs) if s is not None]
 
     def on_tensor_copy(self) -> None:
         if self.tensor_copy_reported or not self.probe.clock.started:

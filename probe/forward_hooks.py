@@ -14,6 +14,7 @@ import torch
 from torch.nn.modules import module as nn_module
 
 from fastmon.probe import facts
+from fastmon.probe.batch_change import remember_inputs
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import FORWARD
@@ -48,6 +49,7 @@ class ForwardPart(Part):
         self.discovering = True
         self.eval_grad_reported = False
         self.autocast_seen = False
+        self.last_inputs = None
 
     def install(self) -> None:
         self.handles = [
@@ -107,6 +109,8 @@ class ForwardPart(Part):
                     clock.samples += batch_size_of(args[0])
             if has_params:
                 clock.micro_batches += 1
+                if probe.cuda:  # for a batch-size trial between steps (batch_change.check_fits)
+                    self.last_inputs = (weakref.ref(module), remember_inputs(args))
             clock.forwards += 1
         else:
             clock.eval_forwards += 1

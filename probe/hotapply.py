@@ -11,6 +11,8 @@ import functools
 
 import torch
 
+from fastmon.probe.batch_change import check_fits, new_batch_sampler, scale_learning_rates
+
 
 class HotApply:
     def __init__(self, probe) -> None:
@@ -72,6 +74,36 @@ class HotApply:
             raise RuntimeError("no DataLoader seen in the training loop")
         previous = {k: getattr(loader, k) for k in params}
         self.probe.loader_part.schedule(params, ack)
+        return previous
+
+    def _apply_batch_size(self, params: dict, ack):
+        """params: factor (2 doubles the batch), lr_scale (the LR follows: 2 for SGD's
+        linear rule, 1.41 for Adam's sqrt rule)."""
+        state = self.probe.loader_part.training_loader()
+        loader = state.ref() if state else None
+        if loader is None or not loader._auto_collation:
+            raise RuntimeError("no batched DataLoader seen in the training loop")
+        new_batch_sampler(loader, loader.batch_size)  # refuses a custom batch_sampler up front
+        factor = float(params.get("factor", 2))
+        new_size = max(1, round(loader.batch_size * factor))
+        if new_size > loader.batch_size:
+            check_fits(self.probe, round(new_size / loader.batch_size))
+        scale = float(params.get("lr_scale", 1.0))
+        previous = {"factor": loader.batch_size / new_size, "lr_scale": 1.0 / scale}
+        scale_learning_rates(self.probe, scale)
+        self.probe.loader_part.schedule({"batch_size": new_size}, ack)
+        return previous
+
+    def _apply_optimizer_foreach(self, params: dict, ack):
+        """The multi-tensor (foreach) update: the same algorithm, batched kernels."""
+        value = bool(params.get("value", True))
+        groups = [g for opt in self.probe.optimizer_part.optimizers() for g in opt.param_groups if "foreach" in g]
+        if not groups:
+            raise RuntimeError("no optimizer with a foreach option has stepped")
+        previous = {"value": groups[0]["foreach"]}
+        for group in groups:
+            group["foreach"] = value
+        ack(True)
         return previous
 
     def _apply_cudnn_benchmark(self, params: dict, ack):

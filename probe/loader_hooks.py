@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as dl
 
 from fastmon.probe import facts
+from fastmon.probe.batch_change import new_batch_sampler, regroup
 from fastmon.probe.forward_hooks import batch_size_of
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
@@ -205,6 +206,8 @@ class LoaderPart(Part):
         if persistent := getattr(loader, "_iterator", None):
             if persistent is it or persistent is current:
                 loader._iterator = None  # the next epoch must start workers with the new settings
+        if "batch_size" in params and loader._auto_collation:
+            remaining = regroup(remaining, loader.batch_size)
         new_loader = loader_over(loader, remaining) if remaining else None
         new_iter = self._orig_iter(new_loader) if new_loader is not None else None
         it.__dict__["_fastmon_source"] = Rebuilt(draining, new_iter, new_loader, self._orig_next)
@@ -221,6 +224,13 @@ def set_loader_settings(loader: DataLoader, params: dict) -> None:
             warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
     if "pin_memory" in params:
         loader.pin_memory = bool(params["pin_memory"])
+    if "batch_size" in params:
+        # DataLoader forbids these after __init__; iter() and len() read them afresh.
+        sampler = new_batch_sampler(loader, int(params["batch_size"]))
+        object.__setattr__(loader, "batch_sampler", sampler)
+        object.__setattr__(loader, "batch_size", sampler.batch_size)
+        if getattr(loader, "_iterator", None) is not None:
+            loader._iterator = None  # a persistent iterator keeps the old batch sampler
     if "persistent_workers" in params:
         # DataLoader forbids setting this after __init__; it is read at the next iter().
         object.__setattr__(loader, "persistent_workers", bool(params["persistent_workers"]) and loader.num_workers > 0)

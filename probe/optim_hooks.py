@@ -11,6 +11,7 @@ backward.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch
 import torch.optim.optimizer as optim_module
@@ -31,6 +32,7 @@ class OptimizerPart(Part):
         self.depth = 0
         self.handles: list = []
         self.steps_since_update = 0
+        self.seen: list = []  # weak references to the optimizers that have stepped
         self.force_set_to_none = False
         self.zero_grad_reported = False
         self._orig_init = torch.optim.Optimizer.__init__
@@ -91,6 +93,9 @@ class OptimizerPart(Part):
         if self._scaler_cls is not None:
             self._scaler_cls.update = self._orig_update
 
+    def optimizers(self) -> list:
+        return [opt for opt in (ref() for ref in self.seen) if opt is not None]
+
     def check_set_to_none(self, set_to_none: bool) -> bool:
         if not set_to_none and not self.zero_grad_reported:
             self.zero_grad_reported = True
@@ -112,6 +117,7 @@ class OptimizerPart(Part):
     def on_step_begin(self, optimizer) -> None:
         if "_fastmon_seen" not in optimizer.__dict__:
             optimizer.__dict__["_fastmon_seen"] = True
+            self.seen.append(weakref.ref(optimizer))
             if not self.created:
                 self.created = 1
             self.probe.fact(f"optimizer.{type(optimizer).__name__}", facts.describe_optimizer(optimizer))

@@ -202,3 +202,53 @@ def test_a_change_that_fails_at_once_is_reported_not_kept():
     runner.start(advice(), step_rows(0, 30, 100.0))
     result = drive(runner, probe, [None])
     assert not result["kept"] and result["state"] == "failed"
+
+
+def test_a_live_batch_change_scales_the_lr_and_keeps_every_sample(tmp_path):
+    out = tmp_path / "indices.txt"
+    done = subprocess.run([sys.executable, SCRIPTS / "batch_change.py", "--out", out], capture_output=True, text=True,
+                          timeout=180, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "epoch 0 sizes [10, 20] lr 0.2 base 0.2 len 50" in lines  # doubled mid-epoch, LR x2
+    assert "epoch 1 sizes [20] lr 0.2 base 0.2 len 50" in lines
+    assert "epoch 2 sizes [10, 20] lr 0.1 base 0.1 len 100" in lines  # reverted mid-epoch
+    assert "acks [('applied', True), ('reverted', True)]" in lines
+    for seen in read_epochs(out):
+        assert sorted(seen) == list(range(1000))
+
+
+def test_a_custom_batch_sampler_is_refused_not_broken(tmp_path):
+    script = tmp_path / "custom.py"
+    script.write_text(
+        "import torch, fastmon.probe\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "probe = fastmon.probe.install(None); acks = []; probe.message = acks.append\n"
+        "loader = DataLoader(TensorDataset(torch.arange(100.)), batch_sampler=[[i, i + 1] for i in range(0, 100, 2)])\n"
+        "model = torch.nn.Linear(1, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step, (x,) in enumerate(loader):\n"
+        "    opt.zero_grad(); model(x[:, None]).sum().backward(); opt.step()\n"
+        "    if step == 3: probe.publisher.control.append({'t': 'apply', 'exp': 1, 'action': 'batch_size',"
+        " 'params': {'factor': 2}})\n"
+        "print([a.get('error') for a in acks if a['t'] == 'applied'], opt.param_groups[0]['lr'])\n")
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    assert "has its own batch_sampler" in done.stdout and done.stdout.strip().endswith("0.1")
+
+
+def test_the_optimizer_is_switched_to_foreach_and_back(tmp_path):
+    script = tmp_path / "foreach.py"
+    script.write_text(
+        "import torch, fastmon.probe\n"
+        "probe = fastmon.probe.install(None); acks = []; probe.message = acks.append\n"
+        "model = torch.nn.Linear(4, 1); opt = torch.optim.AdamW(model.parameters(), lr=0.1, foreach=False)\n"
+        "seen = []\n"
+        "for step in range(12):\n"
+        "    opt.zero_grad(); model(torch.randn(8, 4)).sum().backward(); opt.step()\n"
+        "    seen.append(opt.param_groups[0]['foreach'])\n"
+        "    if step == 3: probe.publisher.control.append({'t': 'apply', 'exp': 1, 'action': 'optimizer_foreach',"
+        " 'params': {'value': True}})\n"
+        "    if step == 7: probe.publisher.control.append({'t': 'revert', 'exp': 1})\n"
+        "print(seen)\n")
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([False] * 4 + [True] * 4 + [False] * 4)

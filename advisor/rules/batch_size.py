@@ -6,16 +6,19 @@ Python, launches) that a larger batch would amortise.
 Why it matters: a larger batch does more samples per unit of that fixed cost.
 How to fix: raise the batch size (x2 while it fits), scaling the learning rate with it:
 linearly for SGD, by sqrt for Adam-family optimizers, schedulers' ``base_lrs`` too. It
-changes the optimisation, so fastmon only suggests it.
+changes the optimisation, so fastmon applies it (trying the bigger batch between steps
+first, so an out-of-memory never reaches the training loop) only on the user's accept:
+``a`` in the dashboard, or ``--allow-batch-change`` with ``--apply auto``.
 """
 
-from fastmon.advisor.types import CODE_CHANGE, Advice
+from fastmon.advisor.types import HOT_APPLY, Advice, Apply
 
 ID = "batch_size"
 MAX_GPU_UTIL = 50.0
 MAX_MEMORY_FRACTION = 0.5
 MAX_DATA_WAIT_SHARE = 0.2
 MIN_STEPS = 20
+BATCH_FACTOR = 2
 
 
 def check(window, facts):
@@ -32,13 +35,15 @@ def check(window, facts):
     batch = loader.get("batch_size")
     optimizer = (facts.optimizers or [{}])[0].get("class", "")
     rule = "sqrt" if "Adam" in optimizer else "linear"
+    lr_scale = round(BATCH_FACTOR ** 0.5, 4) if rule == "sqrt" else float(BATCH_FACTOR)
     return Advice(
         ID, "Use a larger batch: the GPU is mostly idle",
         f"GPU utilization {util:.0f}%, peak memory {memory_fraction:.0%} of {total / 2**30:.0f} GiB, "
         f"batch {batch}",
-        None, CODE_CHANGE,
-        fix=f"DataLoader(..., batch_size={batch * 2 if batch else 'x2'}) and scale the LR {rule}ly "
-            "(x2 for linear, x1.41 for sqrt), schedulers' base_lrs too",
+        None, HOT_APPLY,
+        fix=f"DataLoader(..., batch_size={batch * BATCH_FACTOR if batch else 'x2'}) and the LR x{lr_scale:g} "
+            f"({rule} rule), schedulers' base_lrs too",
         why="per-step overhead is paid per batch: a larger batch spreads it over more samples",
         location=loader.get("location"), confidence="medium",
+        apply=Apply("batch_size", {"factor": BATCH_FACTOR, "lr_scale": lr_scale}, changes_maths=True),
     )

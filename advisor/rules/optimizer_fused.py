@@ -5,9 +5,11 @@ and no ``fused``, and the optimizer step a visible share of step time.
 Why it matters: the single-tensor path launches several kernels per parameter; the
 foreach path batches them, the fused path does the whole update in one kernel.
 How to fix: ``torch.optim.AdamW(params, lr=..., fused=True)`` (or drop ``foreach=False``).
+fastmon switches the running optimizer to the foreach path live (the same update, batched
+kernels); fused needs the optimizer rebuilt, so it stays a code change.
 """
 
-from fastmon.advisor.types import CODE_CHANGE, Advice, amdahl
+from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
 
 ID = "optimizer.fused"
 FUSABLE = ("Adam", "AdamW", "SGD")
@@ -27,8 +29,9 @@ def check(window, facts):
             return Advice(
                 ID, f"Use the fused {opt['class']} update",
                 f"{opt['class']}(foreach=False) on the GPU; the optimizer is {share:.0%} of the step",
-                round(amdahl(share, EXPECTED_SPEEDUP), 2), CODE_CHANGE,
+                round(amdahl(share, EXPECTED_SPEEDUP), 2), HOT_APPLY,
                 fix=f"torch.optim.{opt['class']}(params, ..., fused=True)",
                 why="the single-tensor path launches kernels per parameter; fused does one",
+                apply=Apply("optimizer_foreach", {"value": True}),
             )
     return None
