@@ -105,12 +105,16 @@ def cmd_run(argv: list[str]) -> int:
         # One node and no rendezvous given: torchrun's --standalone picks a free port, so
         # two runs on one machine do not collide on 29500.
         torchrun.append("--standalone")
-    apply = args.apply or ("never" if args.headless else "ask")
+    headless = args.headless or not sys.stderr.isatty()
+    if headless and not args.headless:
+        # The dashboard draws on the terminal behind stderr: piped or in CI, there is none.
+        sys.stderr.write("[fastmon] no terminal for the dashboard: running headless\n")
+    apply = args.apply or ("never" if headless else "ask")
     options = RunOptions(target=target, apply=apply,
                          allow=frozenset(filter(None, args.allow.split(","))) | (
                              {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
                          torchrun=torchrun or None)
-    if args.headless:
+    if headless:
         return run_headless(options)
     from fastmon.tui.launch import run_dashboard
 

@@ -171,3 +171,10 @@ def test_code_level_causes_are_named_with_their_line(run_fastmon, report):
     assert advice["tensor_copy"]["location"].endswith("numpy_and_spike.py:10")
     # gradient norms are sampled (every 50 steps here): the first sample after the blow-up sees it
     assert "grad_clipping" in advice and "gradient norm nan at step 200" in advice["grad_clipping"]["evidence"]
+
+
+def test_without_a_terminal_the_dashboard_falls_back_to_headless(run_fastmon, report):
+    out = run_fastmon("run", SCRIPTS / "exit_code.py", "--steps", "3")
+    assert out.returncode == 0, out.stderr
+    assert "no terminal for the dashboard: running headless" in out.stderr
+    assert report()["steps"] == 3
