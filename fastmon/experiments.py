@@ -82,7 +82,6 @@ class ExperimentRunner:
         self.send = send
         self.done = done
         self.active: Experiment | None = None
-        self.finished: list[Experiment] = []
         self._next_exp = 1
 
     @property
@@ -181,5 +180,4 @@ class ExperimentRunner:
         if exp.state == "finalizing":
             exp.state = "kept"
         self.active = None
-        self.finished.append(exp)
         self.done(exp.result())

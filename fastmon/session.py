@@ -40,6 +40,7 @@ SAFE_ACTIONS = frozenset({"loader", "cudnn_benchmark", "anomaly_detection", "set
 _RANK = STEP_FIELDS.index("rank")
 _WALL = STEP_FIELDS.index("wall")
 _STEP = STEP_FIELDS.index("step")
+_SAMPLES = STEP_FIELDS.index("samples")
 _PHASE_COLUMNS = [STEP_FIELDS.index(p) for p in PHASES]
 
 
@@ -59,7 +60,6 @@ class RankState:
     steps: int = 0
     samples: int = 0
     wall: float = 0.0
-    last_t: float = 0.0
     phase_totals: list = field(default_factory=lambda: [0.0] * len(PHASES))  # seconds, whole run
 
 
@@ -80,7 +80,6 @@ class LiveState:
     output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=5000))
     output_seq: int = 0
     dropped: int = 0
-    version: int = 0  # bumped on every change, for screens that redraw on change
 
 
 class Session:
@@ -161,7 +160,6 @@ class Session:
             with self.lock:
                 self.state.output.append((stream_name, text))
                 self.state.output_seq += 1
-                self.state.version += 1
 
     def _on_message(self, message: dict) -> None:
         kind = message.get("t")
@@ -173,9 +171,8 @@ class Session:
                     rank_state = state.ranks.setdefault(row[_RANK], RankState())
                     rank_state.rows.append(row)
                     rank_state.steps += 1
-                    rank_state.samples += row[STEP_FIELDS.index("samples")]
+                    rank_state.samples += row[_SAMPLES]
                     rank_state.wall += row[_WALL]
-                    rank_state.last_t = row[STEP_FIELDS.index("t_end")]
                     totals = rank_state.phase_totals
                     for i, column in enumerate(_PHASE_COLUMNS):
                         totals[i] += row[column]
@@ -194,20 +191,15 @@ class Session:
             elif kind in ("applied", "reverted"):
                 rec.put("events", (time.time(), 0, message.get("step"), kind, json.dumps(message, default=str)))
                 self.experiments.on_ack(message)
-            elif kind == "hello":
-                state.facts.setdefault("ranks_seen", [])
-                state.facts["ranks_seen"] = sorted({*state.facts["ranks_seen"], message.get("rank", 0)})
-                state.facts["world_size"] = message.get("world_size", 1)
             elif kind == "bye":
                 state.dropped += int(message.get("dropped", 0))
                 rec.meta("dropped", state.dropped)
-            state.version += 1
 
     def _note_device_busy(self, row: dict) -> None:
         wall = None
         rank_state = self.state.ranks.get(row.get("rank", 0))
         if rank_state and rank_state.rows:
-            wall = rank_state.rows[-1][STEP_FIELDS.index("wall")]
+            wall = rank_state.rows[-1][_WALL]
         busy = sum(row.get(k) or 0 for k in ("device_forward", "device_backward", "device_optimizer"))
         if wall:
             previous = self.state.facts.get("device.busy_fraction")
@@ -231,7 +223,6 @@ class Session:
                 self.state.host = sample
                 if gpus:
                     self.state.gpu.append(gpus)
-                self.state.version += 1
 
     # --- advisor and experiments -------------------------------------------------------
     def facts(self) -> Facts:
@@ -273,7 +264,6 @@ class Session:
                 else:
                     continue
                 self.recorder.put("advice", (advice.id, time.time(), json.dumps(self.state.advice[advice.id])))
-            self.state.version += 1
         if self.options.apply == "auto" and not self.experiments.busy:
             for advice in found:
                 if self._auto_allowed(advice.to_dict()):
@@ -315,7 +305,6 @@ class Session:
             if advice_id in self.state.advice:
                 self.state.advice[advice_id]["status"] = "dismissed"
                 self.recorder.put("advice", (advice_id, time.time(), json.dumps(self.state.advice[advice_id])))
-            self.state.version += 1
 
     def _send_control(self, message: dict) -> None:
         if self.channel is None:
@@ -342,7 +331,6 @@ class Session:
                 advice["status"] = describe_result(result)
                 advice["result"] = result
                 self.recorder.put("advice", (result["id"], time.time(), json.dumps(advice)))
-            self.state.version += 1
 
     # --- the end ----------------------------------------------------------------------
     def wait(self) -> int:
@@ -379,7 +367,6 @@ class Session:
             self.state.exit_code = exit_status(code)
             self.state.status = "finished" if code == 0 else "crashed"
             self.state.ended = time.time()
-            self.state.version += 1
         self.recorder.meta("exit_code", self.state.exit_code)
         self.recorder.meta("ended", self.state.ended)
         self.recorder.meta("dropped", self.state.dropped)

@@ -3,6 +3,7 @@ the end. Built from the run record alone, so a replay shows the same numbers."""
 
 from __future__ import annotations
 
+from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import RunRecord
@@ -54,11 +55,12 @@ def summarize(run_dir) -> dict:
     dirs = list(run_dir) if isinstance(run_dir, (list, tuple)) else [run_dir]
     records = [RunRecord(d) for d in dirs]
     try:
-        meta = records[0].meta()
+        metas = [rec.meta() for rec in records]
+        meta = metas[0]
         all_rows = sorted((r for rec in records for r in rec.steps()), key=lambda r: (r[_I["rank"]], r[_I["step"]]))
         ranks = sorted({r[_I["rank"]] for r in all_rows})
         primary = [r for r in all_rows if r[_I["rank"]] == (ranks[0] if ranks else 0)]
-        exit_codes = [rec.meta().get("exit_code") for rec in records]
+        exit_codes = [m.get("exit_code") for m in metas]
         summary = {"run": ", ".join(map(str, dirs)), "script": meta.get("script"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
                    **window_summary(Window.from_rows(primary))}
@@ -71,7 +73,7 @@ def summarize(run_dir) -> dict:
         summary["memory"] = _memory(primary, records[0])
         summary["gpu"] = _gpu(records[0], meta)
         summary["device"] = _device(records[0])
-        summary["dropped"] = sum(rec.meta().get("dropped", 0) or 0 for rec in records)
+        summary["dropped"] = sum(m.get("dropped", 0) or 0 for m in metas)
         summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         summary["permanent_changes"] = permanent_changes(summary["applied"], records[0].facts())
@@ -167,7 +169,7 @@ def permanent_changes(applied: list[dict], facts: dict) -> list[str]:
         elif a["id"] == "amp":
             lines.append(f'with torch.autocast("cuda", dtype=torch.{(a.get("params") or {}).get("dtype", "bfloat16")}):')
     if loader_params:
-        loader = next((v for k, v in facts.items() if k.startswith("loader.")), {}) or {}
+        loader = Facts(values=facts).training_loader() or {}
         args = ", ".join(f"{k}={v}" for k, v in loader_params.items())
         where = f"  # {loader['location']}" if loader.get("location") else ""
         lines.insert(0, f"DataLoader(..., {args}){where}")

@@ -22,14 +22,11 @@ class EventRing:
         self.steps: list[int | None] = [None] * RING
         self.head = 0  # slot of the step being recorded
         self.pending: list[int] = []
-        self.prev_end_slot: int | None = None
-        self.dropped = 0
         self._begin(0)
 
     def _begin(self, step: int) -> None:
         if len(self.pending) >= RING - 1:
-            self.steps[self.head] = None
-            self.dropped += 1
+            self.steps[self.head] = None  # ring full: this step goes without device timing
             return
         self.steps[self.head] = step
         self.recorded[self.head] = set()

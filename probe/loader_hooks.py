@@ -30,16 +30,12 @@ from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import DATA_WAIT
 
-LOADER_SETTINGS = ("num_workers", "pin_memory", "persistent_workers")
-
-
 class LoaderState:
     def __init__(self, loader_id: str, loader: DataLoader, location: str | None) -> None:
         self.id = loader_id
         self.ref = weakref.ref(loader)
         self.location = location
         self.live: weakref.ref | None = None
-        self.batches = 0
         self.epochs = 0
 
 
@@ -154,7 +150,6 @@ class LoaderPart(Part):
         clock.samples += batch_size_of(batch)
         state = it.__dict__.get("_fastmon_state")
         if state is not None:
-            state.batches += 1
             self.last_loader = state
 
     def on_iter(self, loader, it, seconds: float) -> None:

@@ -138,9 +138,6 @@ class Probe:
             self.events = EventRing()
         self.events.mark(name)
 
-    def put(self, item) -> None:
-        self.publisher.put(item)
-
     def message(self, message: dict) -> None:
         self.publisher.message(message)
 

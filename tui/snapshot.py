@@ -6,6 +6,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.summary import rates, straggler, window_summary
@@ -67,13 +68,8 @@ def epochs_from_argv(argv: list[str]) -> int | None:
     return None
 
 
-def training_loader(facts: dict) -> dict | None:
-    loaders = [v for k, v in facts.items() if k.startswith("loader.") and isinstance(v, dict)]
-    return max(loaders, key=lambda l: (l.get("epochs", 0), l.get("len") or 0)) if loaders else None
-
-
 def fill_progress(snap: Snapshot, facts: dict, argv: list[str]) -> None:
-    loader = training_loader(facts)
+    loader = Facts(values=facts).training_loader()
     snap.epochs_total = epochs_from_argv(argv)
     if loader is None:
         return
