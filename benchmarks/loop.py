@@ -1,5 +1,10 @@
 """The benchmark's training loop: an MLP over an in-memory DataLoader. Prints the mean
-step time of the timed part (after warm-up) and, with --rss-every, the process RSS."""
+step time of the timed part (after warm-up) and, with --rss-every, the process RSS.
+
+With --ab-pairs N (under `fastmon run`), the timed part is N pairs of segments, one with
+the probe suspended (bare torch) and one with it on, in alternating order; each pair
+prints `ab BARE_US PROBED_US`. Pairs a few milliseconds apart see the same machine
+state, which separate processes do not."""
 
 import argparse
 import time
@@ -15,6 +20,8 @@ parser.add_argument("--batch", type=int, default=32)
 parser.add_argument("--steps", type=int, default=2000)
 parser.add_argument("--warmup", type=int, default=200)
 parser.add_argument("--rss-every", type=int, default=0)
+parser.add_argument("--ab-pairs", type=int, default=0)
+parser.add_argument("--ab-segment", type=int, default=100, help="steps per A/B segment")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
 args = parser.parse_args()
 
@@ -36,6 +43,35 @@ def batches():
         else:
             yield from loader
 
+
+def train(source, steps: int) -> int:
+    for done, (xb, yb) in enumerate(source, 1):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(xb), yb).backward()
+        optimizer.step()
+        if done == steps:
+            return done
+    return done
+
+
+if args.ab_pairs:
+    from fastmon.probe.runtime import current
+
+    probe = current()
+    if probe is None:
+        raise SystemExit("--ab-pairs needs the probe: run this under `fastmon run`")
+    source = batches()
+    train(source, args.warmup)
+    for pair in range(args.ab_pairs):
+        times = {}
+        for probed in ((False, True) if pair % 2 else (True, False)):
+            (probe.resume if probed else probe.suspend)()
+            started = time.perf_counter()
+            train(source, args.ab_segment)
+            times[probed] = (time.perf_counter() - started) / args.ab_segment * 1e6
+        print(f"ab {times[False]:.3f} {times[True]:.3f}", flush=True)
+    probe.resume()
+    raise SystemExit(0)
 
 step = 0
 started = None

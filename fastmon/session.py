@@ -7,6 +7,7 @@ step records are never pushed at them one by one.
 
 from __future__ import annotations
 
+import base64
 import collections
 import json
 import os
@@ -22,7 +23,7 @@ from fastmon.advisor import Facts, Window, advise
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
 from fastmon.phases import PHASES, STEP_FIELDS
-from fastmon.probe.publisher import steps_from_wire
+from fastmon.step_events import StepAssembler
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.samplers import GpuSampler, HostSampler
 
@@ -95,6 +96,7 @@ class Session:
         self.gpu = GpuSampler()
         self.state.gpu_note = self.gpu.note
         self.experiments = ExperimentRunner(self._send_control, self._experiment_done)
+        self._assemblers: dict[int, StepAssembler] = {}  # rank -> its step rows from its event log
         self.dismissed: set[str] = set()
         self.tried: set[str] = set()
         self._stop = threading.Event()
@@ -166,8 +168,8 @@ class Session:
         rec = self.recorder
         with self.lock:
             state = self.state
-            if kind == "steps":
-                for row in steps_from_wire(message):
+            if kind == "events":
+                for row in self._assemble(message):
                     rank_state = state.ranks.setdefault(row[_RANK], RankState())
                     rank_state.rows.append(row)
                     rank_state.steps += 1
@@ -194,6 +196,19 @@ class Session:
             elif kind == "bye":
                 state.dropped += int(message.get("dropped", 0))
                 rec.meta("dropped", state.dropped)
+
+    def _assemble(self, message: dict) -> list[list]:
+        rank = message["rank"]
+        assembler = self._assemblers.get(rank)
+        if assembler is None:
+            assembler = self._assemblers[rank] = StepAssembler(rank)
+        lost = assembler.dropped
+        rows = assembler.feed(base64.b64decode(message["log"]), message["perf0"], message["wall0"],
+                              gap=message.get("gap", False))
+        if assembler.dropped != lost:
+            self.state.dropped += assembler.dropped - lost
+            self.recorder.meta("dropped", self.state.dropped)
+        return rows
 
     def _note_device_busy(self, row: dict) -> None:
         wall = None

@@ -8,18 +8,21 @@ still alive ``RETAINED_AFTER_STEPS`` steps later, the user's code holds it (for 
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
+from time import perf_counter_ns
 
 import torch
 
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import BACKWARD
+from fastmon.step_events import ENTER, LEAVE
 
 RETAINED_AFTER_STEPS = 2
 RETAINED_REPORT_AT = 3  # sampled steps in a row whose loss was kept before it is reported
-RETAINED_SAMPLE_EVERY = 4  # watch the loss of one step in this many: a habit shows in any of them
+RETAINED_SAMPLE_EVERY = 16  # watch the loss of one step in this many: a habit shows in any of them
 
 
 class BackwardPart(Part):
@@ -32,32 +35,29 @@ class BackwardPart(Part):
         self._orig = torch.autograd.backward
         self.watch: list[tuple[int, weakref.ref, tuple | None]] = []
         self.retained_streak = 0
-        self.retained_reported = False
+        self.next_watch_step = 0
 
     def install(self) -> None:
-        part, orig = self, self._orig
+        part, orig, probe = self, self._orig, self.probe
+        put = probe.clock.put
+        get_ident, main_thread = threading.get_ident, self.main_thread
 
         def backward(tensors, *args, **kwargs):
-            if not part.on or threading.get_ident() != part.main_thread:
+            if part.depth or not part.on or get_ident() != main_thread:
                 return orig(tensors, *args, **kwargs)
-            part.depth += 1
-            outer = part.depth == 1
-            if outer:
-                try:
-                    part.before(tensors)
-                except Exception as exc:
-                    part.depth -= 1
-                    part.fail(exc)
-                    return orig(tensors, *args, **kwargs)
+            try:
+                started = part.before(tensors)
+            except Exception as exc:
+                part.fail(exc)
+                return orig(tensors, *args, **kwargs)
+            part.depth = 1
             try:
                 return orig(tensors, *args, **kwargs)
             finally:
-                part.depth -= 1
-                if outer:
-                    try:
-                        part.after()
-                    except Exception as exc:
-                        part.fail(exc)
+                part.depth = 0
+                put((LEAVE, perf_counter_ns()))
+                if probe.ddp_watch is not None or probe.cuda:
+                    part.after(started)
 
         backward.__wrapped__ = orig
         torch.autograd.backward = backward
@@ -65,28 +65,40 @@ class BackwardPart(Part):
     def uninstall(self) -> None:
         torch.autograd.backward = self._orig
 
-    def before(self, tensors) -> None:
+    def before(self, tensors) -> int:
+        """Bookkeeping, then the event; returns the backward's start time."""
         probe = self.probe
         clock = probe.clock
-        if probe.optimizer_part.fallback and clock.backwards_since_step:
+        if clock.backwards_since_step and not probe.optimizer_part.created:
             probe.end_step()  # no optimizer, no batch or forward seen in between: one step per backward
-        if (not clock.step % RETAINED_SAMPLE_EVERY and not clock.backwards_since_step
-                and not self.retained_reported and isinstance(tensors, torch.Tensor) and tensors.grad_fn is not None):
-            self.watch.append((clock.step, weakref.ref(tensors), user_frame(3)))
+        if clock.step >= self.next_watch_step and not clock.backwards_since_step:
+            self.next_watch_step = clock.step + RETAINED_SAMPLE_EVERY
+            if isinstance(tensors, torch.Tensor) and tensors.grad_fn is not None:
+                self.watch.append((clock.step, weakref.ref(tensors), user_frame(3)))
         clock.backwards_since_step += 1
-        clock.enter(BACKWARD)
+        started = perf_counter_ns()
+        clock.put((ENTER + BACKWARD, started))
+        return started
 
-    def after(self) -> None:
-        clock = self.probe.clock
-        started = clock.mark
-        clock.leave()
-        if self.probe.ddp_watch is not None:
-            self.probe.ddp_watch.backward_done(started)
-        self.probe.cuda_mark("backward_end")
+    def after(self, started: int) -> None:
+        try:
+            probe = self.probe
+            if probe.ddp_watch is not None:
+                probe.ddp_watch.backward_done(started)
+            if probe.cuda:
+                probe.cuda_mark("backward_end")
+        except Exception as exc:
+            self.fail(exc)
+
+    def next_check(self) -> float:
+        """The step after which ``after_step`` has something to look at."""
+        if self.watch:
+            return self.watch[0][0] + RETAINED_AFTER_STEPS
+        return self.next_watch_step + RETAINED_AFTER_STEPS
 
     def after_step(self, step: int) -> None:
         """Look at the losses of ``RETAINED_AFTER_STEPS`` steps ago: alive means kept."""
-        if self.retained_reported or not self.watch:
+        if not self.watch:
             return
         old = step - RETAINED_AFTER_STEPS
         kept = None
@@ -99,7 +111,7 @@ class BackwardPart(Part):
         if kept is not None:
             self.retained_streak += 1
             if self.retained_streak >= RETAINED_REPORT_AT:
-                self.retained_reported = True
+                self.next_watch_step = math.inf  # reported: watch no more
                 self.watch.clear()
                 self.probe.event("retained_graph", location=fmt(kept),
                                  steps=self.retained_streak + RETAINED_AFTER_STEPS)

@@ -82,7 +82,7 @@ class CodeChecksPart(Part):
         return [s for s in (ref() for ref in self.scheduler_refs) if s is not None]
 
     def on_tensor_copy(self) -> None:
-        if self.tensor_copy_reported or not self.probe.clock.started:
+        if self.tensor_copy_reported or not self.probe.clock.step:
             return
         self.tensor_copies += 1
         if self.tensor_copies >= TENSOR_COPY_REPORT_AFTER:

@@ -8,12 +8,14 @@ with its file:line, and the per-step count goes into the step row.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import torch
 
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
+from fastmon.step_events import H2D_COPY
 from fastmon.phases import H2D, SYNC
 
 TENSOR_SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
@@ -28,6 +30,7 @@ class DevicePart(Part):
         self.main_thread = threading.main_thread().ident
         self.originals: list[tuple[object, str, object]] = []
         self.sync_sites: set = set()
+        self.seen_call_sites: set = set()
 
     def install(self) -> None:
         for name in TENSOR_SYNC_METHODS:
@@ -81,11 +84,14 @@ class DevicePart(Part):
 
     def sync_begin(self, name: str) -> None:
         clock = self.probe.clock
-        clock.sync_calls += 1
-        where = user_frame(3)
-        if where is not None and where not in self.sync_sites:
-            self.sync_sites.add(where)
-            self.probe.event("sync_site", call=name, location=fmt(where))
+        caller = sys._getframe(2)
+        call_site = (caller.f_code, caller.f_lineno)
+        if call_site not in self.seen_call_sites:  # the user frame is looked for once per call site
+            self.seen_call_sites.add(call_site)
+            where = user_frame(3)
+            if where is not None and where not in self.sync_sites:
+                self.sync_sites.add(where)
+                self.probe.event("sync_site", call=name, location=fmt(where))
         clock.enter(SYNC)
 
     def _copy(self, orig):
@@ -102,9 +108,7 @@ class DevicePart(Part):
                 crossed = out.device.type != "cpu"
                 if crossed:
                     size = tensor.numel() * tensor.element_size()
-                    clock.h2d_bytes += size
-                    if not tensor.is_pinned():
-                        clock.h2d_pageable_bytes += size
+                    clock.put((H2D_COPY, size, 0 if tensor.is_pinned() else size))
                 return out
             finally:
                 clock.leave(None if crossed else -1)

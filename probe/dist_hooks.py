@@ -15,7 +15,8 @@ from time import perf_counter_ns
 
 import torch.distributed as dist
 
-from fastmon.phases import BACKWARD, COMM
+from fastmon.phases import COMM
+from fastmon.step_events import COMM_TAIL
 from fastmon.probe.guard import Part
 
 DDP_WATCHED_PARAMS = 2  # the input-side parameters whose gradients DDP's backward computes last
@@ -62,13 +63,8 @@ class DistPart(Part):
     def backward_done(self, backward_started_ns: int) -> None:
         """Charge the tail of a DDP backward, after the last gradient, to ``comm``."""
         last = self.last_grad_ns
-        if not self.ddp_handles or last <= backward_started_ns:
-            return
-        clock = self.probe.clock
-        wait = min(clock.mark - last, clock.acc[BACKWARD])
-        if wait > 0:
-            clock.acc[BACKWARD] -= wait
-            clock.acc[COMM] += wait
+        if self.ddp_handles and last > backward_started_ns:
+            self.probe.clock.put((COMM_TAIL, last))
 
     def _wrap(self, original):
         part = self

@@ -1,14 +1,22 @@
 """Forward timing: the outermost ``nn.Module`` call in the training thread.
 
-Global module hooks cost about a microsecond on every module call, so they only run for
-the first ``DISCOVERY_STEPS`` steps, to learn which modules are called at the top
-level (the model, the loss). Then they are replaced by hooks on those instances only.
+Global module hooks run on every module call and send each call through torch's slow
+path, so they only run for the first ``DISCOVERY_STEPS`` steps, to learn which modules
+are called at the top level (the model, the loss). Then each of those instances gets a
+timing wrapper as its ``_compiled_call_impl``: the per-instance slot that
+``nn.Module.__call__`` calls when set (``Module.compile()`` uses it), which keeps torch's
+hook-free fast path, costs one Python call per top-level forward, and is left out by
+``nn.Module.__getstate__``, so pickling, ``torch.save`` and ``copy.deepcopy`` of the model
+never carry it. Instances where that slot cannot be ours keep instance hooks: those
+called inside a ``DataParallel`` (its replicas copy the instance dict, slot included).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
+from time import perf_counter_ns
 
 import torch
 from torch.nn.modules import module as nn_module
@@ -18,12 +26,17 @@ from fastmon.probe.batch_change import remember_inputs
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import FORWARD
+from fastmon.step_events import ENTER, FORWARD_EVAL, FORWARD_EVAL_GRAD, FORWARD_TRAIN, LEAVE, SAMPLES
 
 DISCOVERY_STEPS = 3
+AUTOCAST_CHECK_EVERY = 10  # steps between looks at the autocast state, until it is seen on
 
 
 def batch_size_of(obj) -> int:
     """Samples in a batch: the first dimension of its first tensor."""
+    kind = type(obj)
+    if (kind is tuple or kind is list) and obj and type(first := obj[0]) is torch.Tensor:
+        return first.shape[0] if first.ndim else 1  # (inputs, targets): most batches
     for _ in range(4):
         if isinstance(obj, torch.Tensor):
             return int(obj.shape[0]) if obj.dim() else 1
@@ -42,16 +55,21 @@ class ForwardPart(Part):
     def __init__(self, probe) -> None:
         super().__init__(probe)
         self.depth = 0
+        self.cuda = probe.cuda
         self.main_thread = threading.main_thread().ident
         self.roots: "weakref.WeakValueDictionary[int, torch.nn.Module]" = weakref.WeakValueDictionary()
         self.root_has_params: dict[int, bool] = {}
         self.handles: list = []
+        self.hooked: set[int] = set()  # roots timed by instance hooks instead
         self.discovering = True
         self.eval_grad_reported = False
-        self.autocast_seen = False
+        self.next_autocast_check = 0
         self.last_inputs = None
 
     def install(self) -> None:
+        if not self.discovering:  # reinstalled after a suspend: the roots are known
+            self._time_roots()
+            return
         self.handles = [
             nn_module.register_module_forward_pre_hook(self._pre),
             nn_module.register_module_forward_hook(self._post, always_call=True),
@@ -61,18 +79,67 @@ class ForwardPart(Part):
         for handle in self.handles:
             handle.remove()
         self.handles = []
+        for module in list(self.roots.values()):
+            slot = module.__dict__.get("_compiled_call_impl")
+            if self._is_ours(slot):
+                if slot.previous is None:
+                    del module.__dict__["_compiled_call_impl"]
+                else:
+                    module.__dict__["_compiled_call_impl"] = slot.previous
 
     def after_step(self, step: int) -> None:
         if self.discovering and step + 1 >= DISCOVERY_STEPS and self.depth == 0:
             self.uninstall()
             self.discovering = False
-            for module in list(self.roots.values()):
-                self._hook_instance(module)
+            self._time_roots()
 
-    def _hook_instance(self, module) -> None:
-        self.handles.append(module.register_forward_pre_hook(self._pre))
-        self.handles.append(module.register_forward_hook(self._post, always_call=True))
+    def _time_roots(self) -> None:
+        roots = list(self.roots.values())
+        self.hooked = {id(m) for root in roots if isinstance(root, torch.nn.DataParallel) for m in root.modules()}
+        for module in roots:
+            if id(module) in self.hooked:
+                self.handles.append(module.register_forward_pre_hook(self._pre))
+                self.handles.append(module.register_forward_hook(self._post, always_call=True))
+            else:
+                self._wrap_call(module)
 
+    def check_call_slots(self) -> None:
+        """A ``Module.compile()`` after the wrapping replaced the wrapper: wrap again."""
+        for module in list(self.roots.values()):
+            if id(module) not in self.hooked and not self._is_ours(module.__dict__.get("_compiled_call_impl")):
+                self._wrap_call(module)
+
+    def _is_ours(self, slot) -> bool:
+        return getattr(slot, "fastmon_part", None) is self
+
+    def _wrap_call(self, module) -> None:
+        # A module compiled with ``Module.compile()`` already uses the slot: time around it.
+        previous = module.__dict__.get("_compiled_call_impl")
+        inner = previous or module._call_impl
+        part, put = self, self.probe.clock.put
+        get_ident, main_thread = threading.get_ident, self.main_thread
+
+        def timed_call(*args, **kwargs):
+            if part.depth or not part.on or get_ident() != main_thread:
+                return inner(*args, **kwargs)
+            try:
+                part.on_root_forward(module, args)
+            except Exception as exc:
+                part.fail(exc)
+                return inner(*args, **kwargs)
+            part.depth = 1
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                part.depth = 0
+                put((LEAVE, perf_counter_ns()))
+                if part.cuda:
+                    part.mark_forward_end()
+
+        timed_call.fastmon_part, timed_call.previous = self, previous
+        module.__dict__["_compiled_call_impl"] = timed_call
+
+    # --- discovery hooks, and instance hooks where the call slot is not ours ----------
     def _pre(self, module, args):
         if not self.on or threading.get_ident() != self.main_thread:
             return None
@@ -86,58 +153,70 @@ class ForwardPart(Part):
             self.fail(exc)
         return None
 
-    def on_root_forward(self, module, args) -> None:
-        probe = self.probe
-        clock = probe.clock
-        key = id(module)
-        has_params = self.root_has_params.get(key)
-        if has_params is None:
-            self.roots[key] = module
-            self.root_has_params[key] = has_params = any(True for _ in module.parameters())
-            if has_params:
-                probe.fact(f"model.{type(module).__name__}", facts.describe_model(module))
-            if probe.dist_part is not None and isinstance(module, torch.nn.parallel.DistributedDataParallel):
-                probe.dist_part.watch_ddp(module)
-                probe.ddp_watch = probe.dist_part
-        if module.training:
-            if clock.backwards_since_step and probe.optimizer_part.fallback:
-                probe.end_step()
-            if clock.loader_batches == 0:
-                if clock.forwards == 0:
-                    clock.reclassify_gap_as_data_wait()
-                if has_params and args:
-                    clock.samples += batch_size_of(args[0])
-            if has_params:
-                clock.micro_batches += 1
-                if probe.cuda:  # for a batch-size trial between steps (batch_change.check_fits)
-                    self.last_inputs = (weakref.ref(module), remember_inputs(args))
-            clock.forwards += 1
-        else:
-            clock.eval_forwards += 1
-            if torch.is_grad_enabled() and has_params:
-                clock.eval_grad_forwards += 1
-                if not self.eval_grad_reported:
-                    self.eval_grad_reported = True
-                    probe.event("eval_forward_with_grad", location=fmt(user_frame(4)),
-                                module=type(module).__name__)
-        if not self.autocast_seen and clock.forwards == 1 and (
-                torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")):
-            self.autocast_seen = True
-            probe.fact("amp.autocast", {"enabled": True})
-        clock.enter(FORWARD)
-        probe.cuda_mark("forward_start")
-
     def _post(self, module, args, output):
         if not self.on or threading.get_ident() != self.main_thread or self.depth == 0:
             return None
         self.depth -= 1
         if self.depth == 0:
-            try:
-                self.on_root_forward_end()
-            except Exception as exc:
-                self.fail(exc)
+            self.probe.clock.leave()
+            if self.cuda:
+                self.mark_forward_end()
         return None
 
-    def on_root_forward_end(self) -> None:
-        self.probe.clock.leave()
-        self.probe.cuda_mark("forward_end")
+    # --- timing ---------------------------------------------------------------------
+    def on_root_forward(self, module, args) -> None:
+        """A top-level forward starts: the probe's own bookkeeping, then the event."""
+        probe = self.probe
+        clock = probe.clock
+        has_params = self.root_has_params.get(id(module))
+        if has_params is None:
+            has_params = self._first_sight(module)
+        if module.training:
+            if clock.backwards_since_step and not probe.optimizer_part.created:
+                probe.end_step()
+            if clock.loader_batches == 0:
+                if clock.forwards == 0:
+                    clock.reclassify_gap_as_data_wait()
+                if has_params and args:
+                    clock.put((SAMPLES, batch_size_of(args[0])))
+            if has_params and self.cuda:  # for a batch-size trial between steps (batch_change.check_fits)
+                self.last_inputs = (weakref.ref(module), remember_inputs(args))
+            if clock.step >= self.next_autocast_check and clock.forwards == 0:
+                self._look_for_autocast(clock.step)
+            clock.forwards += 1
+            code = FORWARD_TRAIN if has_params else ENTER + FORWARD
+        elif has_params and torch.is_grad_enabled():
+            code = FORWARD_EVAL_GRAD
+            if not self.eval_grad_reported:
+                self.eval_grad_reported = True
+                probe.event("eval_forward_with_grad", location=fmt(user_frame(4)), module=type(module).__name__)
+        else:
+            code = FORWARD_EVAL
+        clock.put((code, perf_counter_ns()))
+        if self.cuda:
+            probe.cuda_mark("forward_start")
+
+    def mark_forward_end(self) -> None:
+        try:
+            self.probe.cuda_mark("forward_end")
+        except Exception as exc:
+            self.fail(exc)
+
+    def _first_sight(self, module) -> bool:
+        key = id(module)
+        self.roots[key] = module
+        self.root_has_params[key] = has_params = any(True for _ in module.parameters())
+        probe = self.probe
+        if has_params:
+            probe.fact(f"model.{type(module).__name__}", facts.describe_model(module))
+        if probe.dist_part is not None and isinstance(module, torch.nn.parallel.DistributedDataParallel):
+            probe.dist_part.watch_ddp(module)
+            probe.ddp_watch = probe.dist_part
+        return has_params
+
+    def _look_for_autocast(self, step: int) -> None:
+        if torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu"):
+            self.next_autocast_check = math.inf  # seen on: a fact for good
+            self.probe.fact("amp.autocast", {"enabled": True})
+        else:
+            self.next_autocast_check = step + AUTOCAST_CHECK_EVERY

@@ -18,7 +18,7 @@ import os
 import threading
 import warnings
 import weakref
-from time import perf_counter
+from time import perf_counter, perf_counter_ns
 
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as dl
@@ -29,6 +29,7 @@ from fastmon.probe.forward_hooks import batch_size_of
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import DATA_WAIT
+from fastmon.step_events import ENTER, LEAVE, LEAVE_BATCH
 
 class LoaderState:
     def __init__(self, loader_id: str, loader: DataLoader, location: str | None) -> None:
@@ -78,28 +79,42 @@ class LoaderPart(Part):
 
     # --- patches --------------------------------------------------------------------
     def install(self) -> None:
-        part = self
+        part, probe = self, self.probe
+        clock, put, optimizer_part = probe.clock, probe.clock.put, probe.optimizer_part
         orig_next, orig_iter = self._orig_next, self._orig_iter
+        get_ident, main_thread = threading.get_ident, self.main_thread
 
         def __next__(it):
-            source = it.__dict__.get("_fastmon_source")
-            if not part.on or threading.get_ident() != part.main_thread:
+            tags = it.__dict__
+            if not part.on or get_ident() != main_thread:
+                source = tags.get("_fastmon_source")
                 return source.next() if source is not None else orig_next(it)
-            clock = part.probe.clock
+            entered = False
             try:
-                part.before_batch(it)
+                if clock.backwards_since_step and not optimizer_part.created:
+                    probe.end_step()  # no optimizer: a batch after a backward starts the next step
+                put((ENTER + DATA_WAIT, perf_counter_ns()))
+                entered = True
+                if "_fastmon_pending" in tags:
+                    part.rebuild_now(it)
             except Exception as exc:
                 part.fail(exc)
-                return source.next() if source is not None else orig_next(it)
-            source = it.__dict__.get("_fastmon_source")
+            source = tags.get("_fastmon_source")
             try:
                 batch = source.next() if source is not None else orig_next(it)
-            finally:
-                clock.leave()
-            try:
-                part.after_batch(it, batch)
-            except Exception as exc:
-                part.fail(exc)
+            except BaseException:
+                if entered:
+                    put((LEAVE, perf_counter_ns()))
+                raise
+            if entered:
+                try:
+                    put((LEAVE_BATCH, perf_counter_ns(), batch_size_of(batch)))
+                    clock.loader_batches += 1
+                    state = tags.get("_fastmon_state")
+                    if state is not None:
+                        part.last_loader = state
+                except Exception as exc:
+                    part.fail(exc)
             return batch
 
         def __iter__(loader):
@@ -129,28 +144,14 @@ class LoaderPart(Part):
             dl._BaseDataLoaderIter.__next__ = self._orig_next
 
     # --- timing ---------------------------------------------------------------------
-    def before_batch(self, it) -> None:
-        probe = self.probe
-        clock = probe.clock
-        if clock.backwards_since_step and probe.optimizer_part.fallback:
-            probe.end_step()
-        clock.enter(DATA_WAIT)
-        pending = it.__dict__.pop("_fastmon_pending", None)
-        if pending is not None:
-            state, params, ack = pending
-            try:
-                self.rebuild(it, state, params)
-                ack(ok=True)
-            except Exception as exc:
-                ack(ok=False, error=f"{type(exc).__name__}: {exc}")
-
-    def after_batch(self, it, batch) -> None:
-        clock = self.probe.clock
-        clock.loader_batches += 1
-        clock.samples += batch_size_of(batch)
-        state = it.__dict__.get("_fastmon_state")
-        if state is not None:
-            self.last_loader = state
+    def rebuild_now(self, it) -> None:
+        """A hot-apply scheduled on this iterator: rebuild before its next batch."""
+        state, params, ack = it.__dict__.pop("_fastmon_pending")
+        try:
+            self.rebuild(it, state, params)
+            ack(ok=True)
+        except Exception as exc:
+            ack(ok=False, error=f"{type(exc).__name__}: {exc}")
 
     def on_iter(self, loader, it, seconds: float) -> None:
         key = id(loader)

@@ -3,15 +3,15 @@
 A step ends when ``optimizer.step()`` returns. ``step`` with a closure runs forward and
 backward inside it; the clock charges those to forward/backward, the rest to optimizer.
 GradScaler skips ``optimizer.step`` on overflow, so its ``update`` also ends a step that
-had none. A process that never creates an optimizer (manual SGD) is in *fallback*
-mode: a step ends when the next batch, training forward or backward starts after a
-backward.
+had none. A process that never creates an optimizer (manual SGD; ``created == 0``) falls back:
+a step ends when the next batch, training forward or backward starts after a backward.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from time import perf_counter_ns
 
 import torch
 import torch.optim.optimizer as optim_module
@@ -20,6 +20,7 @@ from fastmon.probe import facts
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import OPTIMIZER
+from fastmon.step_events import ENTER
 
 
 class OptimizerPart(Part):
@@ -40,10 +41,6 @@ class OptimizerPart(Part):
         self._orig_module_zero_grad = torch.nn.Module.zero_grad
         self._scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
         self._orig_update = self._scaler_cls.update if self._scaler_cls else None
-
-    @property
-    def fallback(self) -> bool:
-        return self.created == 0
 
     def install(self) -> None:
         part = self
@@ -122,7 +119,7 @@ class OptimizerPart(Part):
                 self.created = 1
             self.probe.fact(f"optimizer.{type(optimizer).__name__}", facts.describe_optimizer(optimizer))
         clock = self.probe.clock
-        clock.enter(OPTIMIZER)
+        clock.put((ENTER + OPTIMIZER, perf_counter_ns()))
         checks = self.probe.checks_part
         if clock.step >= checks.next_norm_step:
             try:
@@ -136,9 +133,8 @@ class OptimizerPart(Part):
         try:
             self.depth -= 1
             if self.depth == 0:
-                self.probe.clock.leave()
                 self.steps_since_update += 1
-                self.probe.end_step()
+                self.probe.end_step(leaving=True)
         except Exception as exc:
             self.fail(exc)
         return None

@@ -1,42 +1,39 @@
-"""The publisher: ships records to the monitor from a daemon thread.
+"""The publisher: ships the step event log and the probe's messages to the monitor from a
+daemon thread.
 
-The training thread only appends tuples to a bounded deque (tens of nanoseconds). This
-thread wakes every ``INTERVAL`` seconds, encodes what accumulated into one frame and
-sends it on a non-blocking socket. A full buffer, a full socket or a vanished monitor
-drop records and count them; training is never blocked and never sees an error.
+The training thread appends step events (``fastmon.step_events``) to an ``array('q')``,
+one atomic C call each, and the occasional fact or event dict to a bounded deque. This
+thread wakes every ``INTERVAL`` seconds, takes what accumulated into one frame (the log
+as base64 of its bytes: no per-number encoding) and sends it on a non-blocking socket. A
+log grown past ``MAX_LOG_INTS`` (the monitor gone quiet), a full socket or a vanished
+monitor drop records: dropped messages are counted here, a dropped stretch of the log
+is flagged ``gap`` on the next frame and the monitor counts the steps it lost. Training
+is never blocked and never sees an error.
 """
 
 from __future__ import annotations
 
+import base64
 import collections
 import os
 import socket
 import threading
 import time
+from array import array
 
 from fastmon import wire
-from fastmon.phases import PHASES
 
 INTERVAL = 0.1
-MAX_QUEUED = 50_000
-NS = 1e-9
-
-
-def steps_from_wire(message: dict) -> list[list]:
-    """Step rows as the monitor stores them (``STEP_FIELDS``, seconds) from the probe's
-    compact form: (step, end_ns, wall_ns, *phase_ns, *counters)."""
-    rank, perf0, wall0 = message["rank"], message["perf0"], message["wall0"]
-    n = len(PHASES)
-    out = []
-    for step, end_ns, wall_ns, *rest in message["rows"]:
-        out.append([rank, step, wall0 + (end_ns - perf0) * NS, wall_ns * NS,
-                    *(v * NS for v in rest[:n]), *rest[n:]])
-    return out
+MAX_QUEUED = 50_000  # messages
+MAX_LOG_INTS = 1_000_000  # 8 MB of step events, some 50,000 steps
 
 
 class Publisher:
     def __init__(self, path: str | None, rank: int) -> None:
         self.rank = rank
+        self.log = array("q")
+        self.put_event = self.log.extend
+        self._gap = False  # part of the log was dropped since the last frame
         self.queue: collections.deque = collections.deque()
         self.control: collections.deque = collections.deque()
         self.dropped = 0
@@ -64,45 +61,56 @@ class Publisher:
         self._thread.start()
 
     # --- training thread side -------------------------------------------------------
-    def put(self, item) -> None:
+    def message(self, message: dict) -> None:
+        """Anything that is not a step row (facts, events) goes in as a dict."""
         if len(self.queue) >= MAX_QUEUED:
             self.dropped += 1
         else:
-            self.queue.append(item)
-
-    def message(self, message: dict) -> None:
-        """Anything that is not a step row (facts, events) goes in as a dict."""
-        self.put(message)
+            self.queue.append(message)
 
     # --- publisher thread side ------------------------------------------------------
     def _drain(self) -> list[dict]:
-        rows, messages = [], []
-        queue = self.queue
-        while queue:
-            item = queue.popleft()
-            if type(item) is tuple:
-                rows.append(item)
-            else:
-                messages.append(item)
-        if rows:
-            # Integers (nanoseconds) encode fastest; the monitor converts them (steps_from_wire).
-            messages.insert(0, {"t": "steps", "rank": self.rank, "perf0": self._perf0, "wall0": self._wall0,
-                                "rows": rows})
+        messages = []
+        pop_message = self.queue.popleft
+        while self.queue:
+            messages.append(pop_message())
+        log = self.log
+        count = len(log)
+        # Appends only ever land at the end, and each event is one atomic extend: the
+        # first ``count`` ints are whole events, whatever the training thread does now.
+        if count > MAX_LOG_INTS:
+            del log[:count]
+            self._gap = True
+        elif count or self._gap:
+            events = log[:count]
+            del log[:count]
+            messages.insert(0, {"t": "events", "rank": self.rank, "perf0": self._perf0, "wall0": self._wall0,
+                                "gap": self._gap, "log": base64.b64encode(events.tobytes()).decode("ascii")})
+            self._gap = False
         return messages
 
-    def flush(self) -> None:
+    def _drop(self, messages: list[dict]) -> None:
+        for message in messages:
+            if message["t"] == "events":
+                self._gap = True
+            else:
+                self.dropped += 1
+
+    def flush(self, final: dict | None = None) -> None:
         messages = self._drain()
+        if final is not None:
+            messages.append(dict(final, dropped=self.dropped))
         if not messages:
             self._send_pending()
             return
         if self._sock is None:
-            self.dropped += sum(len(m["rows"]) if m["t"] == "steps" else 1 for m in messages)
+            self._drop(messages)
             return
         if self._pending:
             # The monitor is behind: never queue unboundedly, drop this batch.
             self._send_pending()
             if self._pending:
-                self.dropped += sum(len(m["rows"]) if m["t"] == "steps" else 1 for m in messages)
+                self._drop(messages)
                 return
         self._pending = b"".join(wire.encode(m) for m in messages)
         self._send_pending()
@@ -157,19 +165,20 @@ class Publisher:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=1.0)
-        if final is not None:
-            final = dict(final, dropped=self.dropped)
-            self.queue.append(final)
-        self.flush()
         deadline = time.monotonic() + timeout
-        while self._pending and self._sock is not None and time.monotonic() < deadline:
-            time.sleep(0.005)
-            self._send_pending()
+        self._wait_sent(deadline)  # what is pending first, so the last batch is not dropped as "behind"
+        self.flush(final)
+        self._wait_sent(deadline)
         if self._sock is not None:
             try:
                 self._sock.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
+
+    def _wait_sent(self, deadline: float) -> None:
+        while self._pending and self._sock is not None and time.monotonic() < deadline:
+            time.sleep(0.005)
+            self._send_pending()
 
 
 def rank_from_env() -> tuple[int, int, int]:

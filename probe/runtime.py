@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import sys
 
@@ -24,18 +25,14 @@ SETTINGS_EVERY = 50  # steps between polls of torch's global settings
 _PROBE: "Probe | None" = None
 
 
-def _no_mark(name: str) -> None:
-    return None
-
-
 class Probe:
     def __init__(self, channel_path: str | None) -> None:
         self.rank, self.local_rank, self.world_size = rank_from_env()
         self.publisher = Publisher(channel_path, self.rank)
-        self.clock = StepClock(self.publisher.put, self._memory)
         self.cuda = torch.cuda.is_available()
+        self.clock = StepClock(self.publisher.put_event, self._memory if self.cuda else None)
         self.events = None
-        self.cuda_mark = self._cuda_mark if self.cuda else _no_mark
+        self.next_housekeeping = -1  # the step after which _housekeeping next runs
         self.sent_facts: dict[str, object] = {}
         self.faults: set[str] = set()
         self.in_fork_child = False
@@ -92,22 +89,31 @@ class Probe:
             part.on = False
         self.publisher.close(final={"t": "bye", "steps": self.clock.step})
 
+    def suspend(self) -> None:
+        """Take every patch and hook out, so that the process runs as bare torch until
+        ``resume``; the overhead benchmark's in-process A/B alternates the two."""
+        for part in self.parts:
+            if part.on:
+                part.uninstall()
+
+    def resume(self) -> None:
+        for part in self.parts:
+            if part.on:
+                part.install()
+        self.clock.resumed()
+
     # --- what parts call ------------------------------------------------------------
-    def end_step(self) -> None:
+    def end_step(self, leaving: bool = False) -> None:
+        """The step ends; ``leaving``: from inside the optimizer phase, which closes with it."""
         try:
-            self.clock.end_step()
-            step = self.clock.step - 1
-            if self.forward_part.discovering:
-                self.forward_part.after_step(step)
-            if self.backward_part.watch:
-                self.backward_part.after_step(step)
+            self.clock.end_step(leaving)
+            if self.clock.step > self.next_housekeeping:
+                self._housekeeping(self.clock.step - 1)
             loader = self.loader_part.last_loader
             if loader is not None:
                 self.loader_part.train_loader = loader
-            if step % SETTINGS_EVERY == 0:
-                self.fact("settings", facts.settings())
             if self.events is not None:
-                for row in self.events.end_step(step):
+                for row in self.events.end_step(self.clock.step - 1):
                     self.message(dict(row, t="device", rank=self.rank))
             control = self.publisher.control
             while control:
@@ -123,13 +129,29 @@ class Probe:
                 except Exception:
                     pass
 
-    def _memory(self, clock) -> tuple[int, int, int]:
-        if self.cuda and torch.cuda.is_initialized():
+    def _housekeeping(self, step: int) -> None:
+        """What is not needed at every step: the end of module discovery, the retained-loss
+        look, the settings poll. Runs at the steps that need it, and no others."""
+        forward, backward = self.forward_part, self.backward_part
+        if forward.discovering:
+            forward.after_step(step)
+        backward.after_step(step)
+        if step % SETTINGS_EVERY == 0:
+            self.fact("settings", facts.settings())
+            if not forward.discovering:
+                forward.check_call_slots()
+        self.next_housekeeping = min(step + 1 if forward.discovering else math.inf,
+                                     step - step % SETTINGS_EVERY + SETTINGS_EVERY,
+                                     backward.next_check())
+
+    def _memory(self) -> tuple[int, int, int]:
+        if torch.cuda.is_initialized():
             return (torch.cuda.memory_allocated(), torch.cuda.memory_reserved(),
                     torch.cuda.max_memory_allocated())
         return (0, 0, 0)
 
-    def _cuda_mark(self, name: str) -> None:
+    def cuda_mark(self, name: str) -> None:
+        """A CUDA event at a phase boundary; callers check ``self.cuda`` first."""
         if self.events is None:
             if not torch.cuda.is_initialized():
                 return

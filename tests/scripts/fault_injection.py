@@ -22,11 +22,13 @@ def boom(*args, **kwargs):
 
 
 if probe is not None and args.break_part:
-    part = {"forward": probe.forward_part, "backward": probe.backward_part, "loader": probe.loader_part,
-            "optimizer": probe.optimizer_part}[args.break_part]
-    hook = {"forward": "on_root_forward", "backward": "before", "loader": "before_batch",
-            "optimizer": "on_step_begin"}[args.break_part]
-    setattr(part, hook, boom)
+    from fastmon.probe import loader_hooks
+
+    # Something each part's hook calls at every step, replaced by a function that raises.
+    owner, name = {"forward": (probe.forward_part, "on_root_forward"), "backward": (probe.backward_part, "before"),
+                   "loader": (loader_hooks, "batch_size_of"),
+                   "optimizer": (probe.optimizer_part, "on_step_begin")}[args.break_part]
+    setattr(owner, name, boom)
 
 torch.manual_seed(0)
 from torch.utils.data import DataLoader, TensorDataset

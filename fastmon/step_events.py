@@ -1,0 +1,190 @@
+"""The probe's step event log, and its assembly into step rows in the monitor.
+
+The training thread only timestamps: each phase boundary appends one event (a code and
+its integer arguments) to an ``array('q')`` in a single C call. Which phase each
+nanosecond belongs to is worked out here, in the monitor process, by the same
+exclusive-time rule as ever: every nanosecond between two step boundaries is charged to
+exactly one phase, the innermost one open at the time, or ``other`` when none is; so the
+phase times of a step add up to its wall time by construction. Before the first
+training activity, and after a gap in the log, time belongs to no step (``IDLE``).
+
+Keeping this out of the training process is what makes the probe cheap: on a ~1 ms CPU
+step each Python operation in a hook costs several times what it costs in a warm loop
+(torch has just evicted the interpreter from the caches), so the hooks do the least
+Python they can. Imports nothing but the phase names: the probe and the monitor share it.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from fastmon.phases import BACKWARD, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, STEP_FIELDS, SYNC
+
+IDLE = len(PHASES)
+
+# Event codes. ENTER + phase opens a phase: (code, t). Times are perf_counter_ns.
+ENTER = 0
+LEAVE = 16  # (code, t): close the innermost phase
+LEAVE_AS = 17  # (code, t, phase): close it, charging its last stretch to phase (-1: the enclosing one)
+LEAVE_BATCH = 18  # (code, t, samples): close data_wait with a batch of this many samples
+STEP_END = 19  # (code, t, step)
+LEAVE_STEP_END = 20  # (code, t, step): close the innermost phase (the optimizer's) and end the step
+FORWARD_TRAIN = 21  # (code, t): open forward, a training forward of a model with parameters
+FORWARD_EVAL = 22  # (code, t): open forward, an eval-mode forward
+FORWARD_EVAL_GRAD = 23  # (code, t): open forward, an eval-mode forward with autograd on
+SAMPLES = 24  # (code, samples): a batch that did not come from a DataLoader
+H2D_COPY = 25  # (code, bytes, pageable bytes)
+MEMORY = 26  # (code, allocated, reserved, peak): torch's allocator at the step's end
+GAP_IS_DATA = 27  # (code, t): the step's time so far, before its first forward, was spent getting the batch
+COMM_TAIL = 28  # (code, t_last_grad): the backward just closed waited for DDP's all-reduce after this
+RESUMED = 29  # (code, t): the probe was suspended since the last event; that time is in no step
+ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, FORWARD_TRAIN: 2,
+         FORWARD_EVAL: 2, FORWARD_EVAL_GRAD: 2, SAMPLES: 2, H2D_COPY: 3, MEMORY: 4, GAP_IS_DATA: 2,
+         COMM_TAIL: 2, RESUMED: 2, **{ENTER + p: 2 for p in range(len(PHASES))}}
+
+NS = 1e-9
+_FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
+
+
+class StepAssembler:
+    """One rank's step rows (``STEP_FIELDS``, seconds) from its probe's event log."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.dropped = 0  # steps lost to a gap in the log
+        self._carry = array("q")  # the start of an event cut off at the end of a frame
+        self._next_step: int | None = None
+        self._resync()
+
+    def _resync(self) -> None:
+        """Forget the step in progress: the next step boundary starts a fresh one."""
+        self.phase = IDLE
+        self.stack: list[int] = []
+        self.mark = None
+        self.step_start = None
+        self.complete = self._next_step is None  # after a gap, the step in progress lacks its start
+        self._reset_step()
+
+    def _reset_step(self) -> None:
+        self.acc = [0] * (len(PHASES) + 1)
+        self.samples = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
+        self.sync_calls = self.h2d_bytes = self.h2d_pageable_bytes = 0
+        self.memory = (0, 0, 0)
+
+    def feed(self, log: bytes, perf0: int, wall0: float, gap: bool = False) -> list[list]:
+        """Step rows completed by this frame of the log. ``gap``: the probe dropped events
+        before this frame (its buffer overflowed), so the step in progress is incomplete."""
+        if gap:
+            self._carry = array("q")
+            self._resync()
+            self.complete = False
+        ints = self._carry
+        ints.frombytes(log)
+        rows: list[list] = []
+        i, n = 0, len(ints)
+        while i < n:
+            code = ints[i]
+            width = ARITY.get(code)
+            if width is None:
+                raise ValueError(f"unknown step event code {code}")
+            if i + width > n:
+                break
+            self._apply(code, ints, i, rows, perf0, wall0)
+            i += width
+        self._carry = ints[i:]
+        return rows
+
+    def _charge(self, t: int) -> None:
+        if self.mark is None:
+            self.mark = self.step_start = t
+        self.acc[self.phase] += t - self.mark
+        self.mark = t
+
+    def _enter(self, phase: int, t: int) -> None:
+        self._charge(t)
+        self.stack.append(self.phase)
+        self.phase = phase
+
+    def _leave(self, t: int, charge_to: int | None = None) -> None:
+        closing = self.phase
+        self.phase = self.stack.pop() if self.stack else OTHER
+        if charge_to is not None:
+            closing = charge_to if charge_to >= 0 else self.phase
+        if self.mark is None:
+            self.mark = self.step_start = t
+        self.acc[closing] += t - self.mark
+        self.mark = t
+
+    def _apply(self, code: int, ints, i: int, rows: list, perf0: int, wall0: float) -> None:
+        if code < LEAVE:
+            self._enter(code - ENTER, ints[i + 1])
+            if code - ENTER == SYNC:
+                self.sync_calls += 1
+        elif code == LEAVE:
+            self._leave(ints[i + 1])
+        elif code == LEAVE_BATCH:
+            self._leave(ints[i + 1])
+            self.samples += ints[i + 2]
+        elif code == FORWARD_TRAIN:
+            self._enter(FORWARD, ints[i + 1])
+            self.micro_batches += 1
+        elif code == LEAVE_STEP_END:
+            self._leave(ints[i + 1])
+            self._end_step(ints[i + 1], ints[i + 2], rows, perf0, wall0)
+        elif code == STEP_END:
+            self._end_step(ints[i + 1], ints[i + 2], rows, perf0, wall0)
+        elif code == FORWARD_EVAL or code == FORWARD_EVAL_GRAD:
+            self._enter(FORWARD, ints[i + 1])
+            self.eval_forwards += 1
+            self.eval_grad_forwards += code == FORWARD_EVAL_GRAD
+        elif code == LEAVE_AS:
+            self._leave(ints[i + 1], ints[i + 2])
+        elif code == SAMPLES:
+            self.samples += ints[i + 1]
+        elif code == H2D_COPY:
+            self.h2d_bytes += ints[i + 1]
+            self.h2d_pageable_bytes += ints[i + 2]
+        elif code == MEMORY:
+            self.memory = (ints[i + 1], ints[i + 2], ints[i + 3])
+        elif code == GAP_IS_DATA:
+            acc = self.acc
+            if acc[DATA_WAIT] == 0 and self.phase == OTHER and not self.stack:
+                self._charge(ints[i + 1])
+                acc[DATA_WAIT], acc[OTHER] = acc[OTHER], 0
+        elif code == RESUMED:
+            if self.mark is not None and not self.stack:
+                self.acc[IDLE] += ints[i + 1] - self.mark
+                self.mark = ints[i + 1]
+        elif code == COMM_TAIL:
+            # self.mark is the end of the backward just closed.
+            wait = min(self.mark - ints[i + 1], self.acc[BACKWARD]) if self.mark is not None else 0
+            if wait > 0:
+                self.acc[BACKWARD] -= wait
+                self.acc[COMM] += wait
+
+    def _end_step(self, t: int, step: int, rows: list, perf0: int, wall0: float) -> None:
+        self._charge(t)
+        if self.phase == IDLE:
+            self.phase = OTHER
+        acc = self.acc
+        if self._next_step is not None and step > self._next_step:
+            self.dropped += step - self._next_step
+        if self.complete:
+            row = [0] * len(STEP_FIELDS)
+            row[0:4] = [self.rank, step, wall0 + (t - perf0) * NS, (t - self.step_start - acc[IDLE]) * NS]
+            row[4:4 + len(PHASES)] = [v * NS for v in acc[:IDLE]]
+            row[_FIELD["samples"]] = self.samples
+            row[_FIELD["mem_alloc"]], row[_FIELD["mem_reserved"]], row[_FIELD["mem_peak"]] = self.memory
+            row[_FIELD["h2d_bytes"]] = self.h2d_bytes
+            row[_FIELD["h2d_pageable_bytes"]] = self.h2d_pageable_bytes
+            row[_FIELD["sync_calls"]] = self.sync_calls
+            row[_FIELD["eval_forwards"]] = self.eval_forwards
+            row[_FIELD["eval_grad_forwards"]] = self.eval_grad_forwards
+            row[_FIELD["micro_batches"]] = self.micro_batches
+            rows.append(row)
+        else:
+            self.dropped += 1
+        self.complete = True
+        self._next_step = step + 1
+        self.step_start = t
+        self._reset_step()
