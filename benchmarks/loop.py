@@ -4,7 +4,8 @@ step time of the timed part (after warm-up) and, with --rss-every, the process R
 With --ab-pairs N (under `fastmon run`), the timed part is N pairs of segments, one with
 the probe suspended (bare torch) and one with it on, in alternating order; each pair
 prints `ab BARE_US PROBED_US`. Pairs a few milliseconds apart see the same machine
-state, which separate processes do not."""
+state, which separate processes do not. --ab-control keeps the probe on in both halves:
+what that shows is the method's own noise."""
 
 import argparse
 import time
@@ -21,7 +22,8 @@ parser.add_argument("--steps", type=int, default=2000)
 parser.add_argument("--warmup", type=int, default=200)
 parser.add_argument("--rss-every", type=int, default=0)
 parser.add_argument("--ab-pairs", type=int, default=0)
-parser.add_argument("--ab-segment", type=int, default=100, help="steps per A/B segment")
+parser.add_argument("--ab-segment", type=int, default=20, help="steps per A/B segment")
+parser.add_argument("--ab-control", action="store_true", help="keep the probe on in both halves: the method's noise")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
 args = parser.parse_args()
 
@@ -44,46 +46,44 @@ def batches():
             yield from loader
 
 
-def train(source, steps: int) -> int:
+def train(source, steps: int) -> None:
+    if steps <= 0:
+        return
     for done, (xb, yb) in enumerate(source, 1):
         optimizer.zero_grad()
         nn.functional.mse_loss(model(xb), yb).backward()
         optimizer.step()
         if done == steps:
-            return done
-    return done
+            return
 
 
-if args.ab_pairs:
-    from fastmon.probe.runtime import current
-
-    probe = current()
-    if probe is None:
-        raise SystemExit("--ab-pairs needs the probe: run this under `fastmon run`")
-    source = batches()
+def ab_pairs(probe, source) -> None:
     train(source, args.warmup)
     for pair in range(args.ab_pairs):
         times = {}
         for probed in ((False, True) if pair % 2 else (True, False)):
-            (probe.resume if probed else probe.suspend)()
+            if not args.ab_control:
+                (probe.resume if probed else probe.suspend)()
             started = time.perf_counter()
             train(source, args.ab_segment)
             times[probed] = (time.perf_counter() - started) / args.ab_segment * 1e6
         print(f"ab {times[False]:.3f} {times[True]:.3f}", flush=True)
     probe.resume()
+
+
+source = batches()
+if args.ab_pairs:
+    from fastmon.probe.runtime import current
+
+    if current() is None:
+        raise SystemExit("--ab-pairs needs the probe: run this under `fastmon run`")
+    ab_pairs(current(), source)
     raise SystemExit(0)
 
-step = 0
-started = None
-for xb, yb in batches():
-    if step == args.warmup:
-        started = time.perf_counter()
-    optimizer.zero_grad()
-    nn.functional.mse_loss(model(xb), yb).backward()
-    optimizer.step()
-    step += 1
-    if args.rss_every and step % args.rss_every == 0:
-        print(f"rss {step} {process.memory_info().rss}", flush=True)
-    if step == args.warmup + args.steps:
-        break
+train(source, args.warmup)
+started = time.perf_counter()
+for done in range(0, args.steps, args.rss_every or args.steps):
+    train(source, min(args.rss_every or args.steps, args.steps - done))
+    if args.rss_every:
+        print(f"rss {done + args.rss_every} {process.memory_info().rss}", flush=True)
 print(f"step_us {(time.perf_counter() - started) / args.steps * 1e6:.3f}")

@@ -1,5 +1,15 @@
-"""Probe overhead: the same CPU training loop bare (`python loop.py`) and watched
-(`fastmon run --headless loop.py`), interleaved, median ratio of the mean step time.
+"""Probe overhead, measured two ways on the same CPU training loop (loop.py):
+
+1. Interleaved runs: `python loop.py` and `fastmon run --headless loop.py`, alternately,
+   median ratio of their mean step times. What a user sees, monitor included; but two
+   processes seconds apart see different machine states (a few % on a shared VM).
+2. In-process A/B: one `fastmon run` whose loop alternates short segments with the probe
+   suspended (bare torch, every patch and hook out) and on. The headline is the ratio
+   of the summed segment times (a mean: the probe's occasional work, a housekeeping
+   step or a flush, counts in full), with a bootstrap 95% interval over pairs; the
+   median pair ratio, blind to that occasional work, is shown beside it. The control
+   runs the same alternation with the probe on in both halves: the method's own noise.
+
 Then the probe's RSS over 100k steps.
 
     python benchmarks/overhead.py            # writes benchmarks/results/overhead.md
@@ -12,6 +22,7 @@ import argparse
 import datetime
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -21,8 +32,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 LOOP = HERE / "loop.py"
 CASES = {  # name -> loop.py arguments
-    "~0.3 ms step (MLP 64, batch 32, DataLoader)": ["--width", "64", "--batch", "32", "--steps", "3000"],
-    "~3 ms step (MLP 640, batch 192, DataLoader)": ["--width", "640", "--batch", "192", "--steps", "600"],
+    "tiny MLP 8, batch 4, no DataLoader": ["--width", "8", "--batch", "4", "--no-loader", "--steps", "3000"],
+    "MLP 64, batch 32, DataLoader": ["--width", "64", "--batch", "32", "--steps", "3000"],
+    "MLP 320, batch 128, DataLoader": ["--width", "320", "--batch", "128", "--steps", "600"],
 }
 
 
@@ -38,22 +50,38 @@ def step_us(stdout: str) -> float:
     return float(next(line.split()[1] for line in stdout.splitlines() if line.startswith("step_us")))
 
 
+def pairs(stdout: str) -> list[tuple[float, float]]:
+    return [(float(b), float(p)) for _, b, p in (line.split() for line in stdout.splitlines() if line.startswith("ab "))]
+
+
+def ratio_of_sums(pairs_: list[tuple[float, float]]) -> float:
+    return sum(p for _, p in pairs_) / sum(b for b, _ in pairs_)
+
+
+def with_interval(pairs_: list[tuple[float, float]], resamples: int = 2000) -> tuple[float, float, float]:
+    """The ratio of summed probed to summed bare time, and its bootstrap 95% interval."""
+    rng = random.Random(0)
+    boot = sorted(ratio_of_sums(rng.choices(pairs_, k=len(pairs_))) for _ in range(resamples))
+    return ratio_of_sums(pairs_), boot[int(0.025 * resamples)], boot[int(0.975 * resamples)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved bare/fastmon run pairs per case")
+    parser.add_argument("--pairs", type=int, default=300, help="in-process A/B segment pairs per case")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rss-steps", type=int, default=100_000)
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.md"))
     args = parser.parse_args()
     if args.quick:
-        args.repeats, args.rss_steps = 2, 5_000
+        args.repeats, args.pairs, args.rss_steps = 2, 40, 5_000
     work = tempfile.mkdtemp(prefix="fastmon-bench-")
     bare = [sys.executable, str(LOOP)]
     watched = [sys.executable, "-m", "fastmon", "run", "--headless", str(LOOP)]
     lines = [f"# Probe overhead — {datetime.date.today()} — {platform.processor() or platform.machine()}, "
              f"{os.cpu_count()} cores, Python {platform.python_version()}", "",
-             "Same script, bare vs under `fastmon run --headless`, runs interleaved; mean step time of the "
-             "timed steps in each run; median over runs.", "",
+             "Interleaved runs: `python loop.py` vs `fastmon run --headless loop.py`, alternately; mean step "
+             f"time of each run's timed steps; median over {args.repeats} pairs of runs.", "",
              "| case | bare µs/step | fastmon µs/step | added µs/step | median ratio |",
              "| --- | ---: | ---: | ---: | ---: |"]
     for name, case in CASES.items():
@@ -67,15 +95,35 @@ def main() -> None:
         mb, mw = statistics.median(bare_us), statistics.median(watched_us)
         lines.append(f"| {name} | {mb:.1f} | {mw:.1f} | {mw - mb:+.1f} | {statistics.median(ratios):.3f} |")
         print(lines[-1], flush=True)
+
+    lines += ["", f"In-process A/B under `fastmon run --headless`: {args.pairs} pairs of 20-step segments, probe "
+              "suspended (every patch and hook out) vs on, alternating order. Ratio = summed probed time / "
+              "summed bare time [bootstrap 95% interval over pairs]; added µs/step = the difference of the "
+              "sums per step. Median = the median pair ratio. Control: the same alternation with the probe on "
+              "in both halves.", "",
+              "| case | bare µs/step | ratio [95%] | added µs/step | median ratio | control ratio [95%] |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, case in CASES.items():
+        measured = pairs(run(watched + case + ["--ab-pairs", str(args.pairs)], work))
+        control = pairs(run(watched + case + ["--ab-pairs", str(args.pairs), "--ab-control"], work))
+        ratio, low, high = with_interval(measured)
+        c_ratio, c_low, c_high = with_interval(control)
+        bare_mean = statistics.mean(b for b, _ in measured)
+        added = statistics.mean(p - b for b, p in measured)
+        median = statistics.median(p / b for b, p in measured)
+        lines.append(f"| {name} | {bare_mean:.1f} | {ratio:.4f} [{low:.4f}, {high:.4f}] | {added:+.1f} | "
+                     f"{median:.4f} | {c_ratio:.4f} [{c_low:.4f}, {c_high:.4f}] |")
+        print(lines[-1], flush=True)
+
     every = max(args.rss_steps // 10, 1)
     out = run(watched + ["--no-loader", "--steps", str(args.rss_steps), "--warmup", "0", "--rss-every", str(every)], work)
     rss = [(int(s), int(r)) for _, s, r in (line.split() for line in out.splitlines() if line.startswith("rss"))]
     first, last = rss[0], rss[-1]
-    lines += ["", f"Probe process RSS over {args.rss_steps:,} steps (tiny MLP, under `fastmon run --headless`): "
+    lines += ["", f"Probe process RSS over {args.rss_steps:,} steps (MLP 64, under `fastmon run --headless`): "
               f"{first[1] / 2**20:.1f} MiB at step {first[0]:,}, {last[1] / 2**20:.1f} MiB at step {last[0]:,} "
               f"({(last[1] - first[1]) / 2**20:+.2f} MiB).", "",
               "Reproduce: `python benchmarks/overhead.py`"]
-    print("\n".join(lines[-4:]))
+    print("\n".join(lines[-3:]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
 

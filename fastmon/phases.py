@@ -7,7 +7,7 @@ DATA_WAIT, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, OTHER = range(len(PHAS
 PHASE_LABELS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt",
                 "sync": "sync", "comm": "comm", "other": "other"}
 
-# One step row, as the probe emits it and the monitor stores it. Times are seconds.
+# One step row, as the monitor assembles it from the probe's event log and stores it. Times are seconds.
 STEP_FIELDS = (
     "rank", "step", "t_end", "wall", *PHASES,
     "samples", "mem_alloc", "mem_reserved", "mem_peak",

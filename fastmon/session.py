@@ -23,9 +23,9 @@ from fastmon.advisor import Facts, Window, advise
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
 from fastmon.phases import PHASES, STEP_FIELDS
-from fastmon.step_events import StepAssembler
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.samplers import GpuSampler, HostSampler
+from fastmon.step_events import StepAssembler
 
 HISTORY = 20_000  # step rows kept in memory per rank for the screens
 ADVISOR_WINDOW = 200  # steps the advisor looks at

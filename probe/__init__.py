@@ -1,9 +1,11 @@
 """The probe: everything that runs inside the training process.
 
-Hooks and patches that time each step's phases, the publisher that ships step records to
-the monitor, the facts collector and the hot-apply control side.
+Hooks and patches that timestamp each step's phase boundaries into the step event log
+(``fastmon.step_events``), the publisher that ships it to the monitor, the facts
+collector and the hot-apply control side.
 
-May import: the standard library and torch (lazily, inside ``install``). Never textual,
+May import: the standard library, torch (lazily, inside ``install``) and fastmon's
+shared, dependency-free modules (``phases``, ``wire``, ``step_events``). Never textual,
 never anything from ``fastmon.tui``; importing this package has no side effects: patches
 go in only when :func:`install` is called.
 """

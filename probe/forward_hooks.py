@@ -9,12 +9,18 @@ hook-free fast path, costs one Python call per top-level forward, and is left ou
 ``nn.Module.__getstate__``, so pickling, ``torch.save`` and ``copy.deepcopy`` of the model
 never carry it. Instances where that slot cannot be ours keep instance hooks: those
 called inside a ``DataParallel`` (its replicas copy the instance dict, slot included).
+
+A step with a backward but no top-level forward seen means a model the discovery did
+not meet (a new model, one compiled with ``torch.compile`` after the start): discovery
+runs again, at most every ``REDISCOVER_AFTER`` steps, twice as far apart each time it
+finds nothing new.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import warnings
 import weakref
 from time import perf_counter_ns
 
@@ -29,6 +35,7 @@ from fastmon.phases import FORWARD
 from fastmon.step_events import ENTER, FORWARD_EVAL, FORWARD_EVAL_GRAD, FORWARD_TRAIN, LEAVE, SAMPLES
 
 DISCOVERY_STEPS = 3
+REDISCOVER_AFTER = 50
 AUTOCAST_CHECK_EVERY = 10  # steps between looks at the autocast state, until it is seen on
 
 
@@ -62,6 +69,10 @@ class ForwardPart(Part):
         self.handles: list = []
         self.hooked: set[int] = set()  # roots timed by instance hooks instead
         self.discovering = True
+        self.discovery_ends = DISCOVERY_STEPS
+        self.rediscover_at = 0
+        self.rediscover_wait = REDISCOVER_AFTER
+        self.roots_before = 0
         self.eval_grad_reported = False
         self.next_autocast_check = 0
         self.last_inputs = None
@@ -70,10 +81,7 @@ class ForwardPart(Part):
         if not self.discovering:  # reinstalled after a suspend: the roots are known
             self._time_roots()
             return
-        self.handles = [
-            nn_module.register_module_forward_pre_hook(self._pre),
-            nn_module.register_module_forward_hook(self._post, always_call=True),
-        ]
+        self._hook_globally()
 
     def uninstall(self) -> None:
         for handle in self.handles:
@@ -88,10 +96,33 @@ class ForwardPart(Part):
                     module.__dict__["_compiled_call_impl"] = slot.previous
 
     def after_step(self, step: int) -> None:
-        if self.discovering and step + 1 >= DISCOVERY_STEPS and self.depth == 0:
+        if self.discovering and step + 1 >= self.discovery_ends and self.depth == 0:
             self.uninstall()
             self.discovering = False
+            if len(self.roots) == self.roots_before:
+                self.rediscover_wait *= 2
             self._time_roots()
+
+    def forward_missed(self, step: int) -> bool:
+        """A training step went by without a top-level forward that the probe saw;
+        True when that starts a discovery."""
+        if self.discovering or step < self.rediscover_at:
+            return False
+        self.rediscover_at = step + self.rediscover_wait
+        self.roots_before = len(self.roots)
+        self.discovering = True
+        self.discovery_ends = step + DISCOVERY_STEPS
+        self._hook_globally()
+        return True
+
+    def _hook_globally(self) -> None:
+        # torch warns that these global hooks fire for an OptimizedModule too: the
+        # discovery counts depth, so they do no harm, and the user did not add them.
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+        self.handles += [
+            nn_module.register_module_forward_pre_hook(self._pre),
+            nn_module.register_module_forward_hook(self._post, always_call=True),
+        ]
 
     def _time_roots(self) -> None:
         roots = list(self.roots.values())
@@ -115,6 +146,8 @@ class ForwardPart(Part):
     def _wrap_call(self, module) -> None:
         # A module compiled with ``Module.compile()`` already uses the slot: time around it.
         previous = module.__dict__.get("_compiled_call_impl")
+        if self._is_ours(previous):
+            return
         inner = previous or module._call_impl
         part, put = self, self.probe.clock.put
         get_ident, main_thread = threading.get_ident, self.main_thread

@@ -36,6 +36,7 @@ class Probe:
         self.sent_facts: dict[str, object] = {}
         self.faults: set[str] = set()
         self.in_fork_child = False
+        self.suspended = False
         self.forward_part = ForwardPart(self)
         self.loader_part = LoaderPart(self)
         self.backward_part = BackwardPart(self)
@@ -92,11 +93,17 @@ class Probe:
     def suspend(self) -> None:
         """Take every patch and hook out, so that the process runs as bare torch until
         ``resume``; the overhead benchmark's in-process A/B alternates the two."""
+        if self.suspended:
+            return
+        self.suspended = True
         for part in self.parts:
             if part.on:
                 part.uninstall()
 
     def resume(self) -> None:
+        if not self.suspended:
+            return
+        self.suspended = False
         for part in self.parts:
             if part.on:
                 part.install()
@@ -106,7 +113,10 @@ class Probe:
     def end_step(self, leaving: bool = False) -> None:
         """The step ends; ``leaving``: from inside the optimizer phase, which closes with it."""
         try:
-            self.clock.end_step(leaving)
+            clock = self.clock
+            if not clock.forwards and clock.backwards_since_step and self.forward_part.forward_missed(clock.step):
+                self.next_housekeeping = -1  # the discovery's end is housekeeping
+            clock.end_step(leaving)
             if self.clock.step > self.next_housekeeping:
                 self._housekeeping(self.clock.step - 1)
             loader = self.loader_part.last_loader

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -178,3 +180,22 @@ def test_without_a_terminal_the_dashboard_falls_back_to_headless(run_fastmon, re
     assert out.returncode == 0, out.stderr
     assert "no terminal for the dashboard: running headless" in out.stderr
     assert report()["steps"] == 3
+
+
+def test_model_copies_and_a_new_model_mid_run(run_fastmon, tmp_path):
+    """Copies of the model (deepcopy, pickle, torch.save, torch.jit.script) are the user's
+    model alone, and a model created mid-run gets its forwards timed too."""
+    plain = subprocess.run([sys.executable, SCRIPTS / "model_lifecycle.py"], capture_output=True, text=True,
+                           timeout=120, check=True)
+    out = run_fastmon("run", "--headless", SCRIPTS / "model_lifecycle.py")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == plain.stdout
+    assert "global hooks" not in out.stderr  # torch's warning about the probe's own discovery hooks
+    rows = step_rows(tmp_path)
+    assert len(rows) == 100  # 5 epochs of 20 batches
+    first_model, new_model = rows[:40], rows[40:]
+    assert all(row["forward"] > 0 for row in first_model)
+    # The new model's first step goes unseen, which starts a discovery that finds it.
+    assert sum(row["forward"] > 0 for row in new_model) >= len(new_model) - 2
+    for row in rows:
+        assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"], rel=0.02)

@@ -1,0 +1,141 @@
+"""The monitor's assembly of step rows from a probe's event log (fastmon.step_events),
+on logs written the way the probe writes them."""
+
+from __future__ import annotations
+
+import base64
+import socket
+from array import array
+
+import pytest
+
+from fastmon import wire
+from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.probe import publisher as publisher_module
+from fastmon.probe.publisher import Publisher
+from fastmon.step_events import (COMM_TAIL, ENTER, FORWARD_EVAL, FORWARD_TRAIN, GAP_IS_DATA, LEAVE, LEAVE_AS,
+                                 LEAVE_BATCH, LEAVE_STEP_END, RESUMED, StepAssembler)
+
+MS = 1_000_000  # ns
+DATA_WAIT, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, OTHER = range(len(PHASES))
+
+
+def log(*events) -> bytes:
+    return array("q", [v for event in events for v in event]).tobytes()
+
+
+def as_dicts(rows) -> list[dict]:
+    return [dict(zip(STEP_FIELDS, row)) for row in rows]
+
+
+def one_step(t0: int, step: int, samples: int = 32) -> list[tuple]:
+    """A plain step starting at t0 ms: 2 ms data, 1 other, 3 forward (an .item() of 1 ms
+    inside), 4 backward, 1 other, 2 optimizer: 13 ms."""
+    t = t0 * MS
+    return [(ENTER + DATA_WAIT, t), (LEAVE_BATCH, t + 2 * MS, samples),
+            (FORWARD_TRAIN, t + 3 * MS), (ENTER + SYNC, t + 4 * MS), (LEAVE, t + 5 * MS), (LEAVE, t + 6 * MS),
+            (ENTER + BACKWARD, t + 6 * MS), (LEAVE, t + 10 * MS),
+            (ENTER + OPTIMIZER, t + 11 * MS), (LEAVE_STEP_END, t + 13 * MS, step)]
+
+
+def test_each_nanosecond_goes_to_the_innermost_open_phase():
+    rows = as_dicts(StepAssembler(rank=0).feed(log(*one_step(0, 0), *one_step(13, 1)), perf0=0, wall0=100.0))
+    assert [r["step"] for r in rows] == [0, 1]
+    second = rows[1]
+    assert second["wall"] == pytest.approx(0.013)
+    expected = {"data_wait": 2, "forward": 2, "sync": 1, "backward": 4, "optimizer": 2, "other": 2}
+    for phase in PHASES:
+        assert second[phase] == pytest.approx(expected.get(phase, 0) / 1000)
+    assert sum(second[p] for p in PHASES) == pytest.approx(second["wall"])
+    assert second["samples"] == 32 and second["micro_batches"] == 1 and second["sync_calls"] == 1
+    assert second["t_end"] == pytest.approx(100.026)
+
+
+def test_time_before_the_first_activity_belongs_to_no_step():
+    # The first step starts at its first event: imports and model building are not in it.
+    rows = as_dicts(StepAssembler(0).feed(log(*one_step(500, 0)), perf0=0, wall0=0.0))
+    assert rows[0]["wall"] == pytest.approx(0.013 - 0.002)  # step 0's "other" is before anything opened
+    assert sum(rows[0][p] for p in PHASES) == pytest.approx(rows[0]["wall"])
+
+
+def test_an_event_cut_at_a_frame_boundary_is_completed_by_the_next_frame():
+    whole = log(*one_step(0, 0), *one_step(13, 1))
+    assembler = StepAssembler(0)
+    cut = len(whole) // 2 + 8  # mid-event
+    rows = assembler.feed(whole[:cut], 0, 0.0) + assembler.feed(whole[cut:], 0, 0.0)
+    assert as_dicts(rows) == as_dicts(StepAssembler(0).feed(whole, 0, 0.0))
+
+
+def test_a_gap_in_the_log_drops_the_incomplete_step_and_counts_the_lost_ones():
+    assembler = StepAssembler(0)
+    assembler.feed(log(*one_step(0, 0), *one_step(13, 1)), 0, 0.0)
+    # steps 2..4 were lost in the probe; the frame after the gap starts inside step 5
+    rows = as_dicts(assembler.feed(log(*one_step(70, 5)[4:], *one_step(83, 6)), 0, 0.0, gap=True))
+    assert [r["step"] for r in rows] == [6]
+    assert assembler.dropped == 4  # 2, 3, 4 and the incomplete 5
+    assert rows[0]["wall"] == pytest.approx(0.013)
+
+
+def test_a_suspended_stretch_is_in_no_step():
+    events = one_step(0, 0) + [(RESUMED, 1000 * MS)] + one_step(1000, 1)
+    rows = as_dicts(StepAssembler(0).feed(log(*events), 0, 0.0))
+    assert rows[1]["wall"] == pytest.approx(0.013)
+
+
+def test_ddp_tail_and_a_custom_batch_function_and_a_copy_that_stayed_on_the_host():
+    t = 0
+    events = [(ENTER + OPTIMIZER, t), (LEAVE_STEP_END, t + MS, 0),  # step 0, for a start
+              (GAP_IS_DATA, 4 * MS),  # 3 ms building a batch without a DataLoader
+              (ENTER + H2D, 4 * MS), (LEAVE_AS, 5 * MS, -1),  # a .to() that did not cross: not h2d
+              (FORWARD_TRAIN, 5 * MS), (LEAVE, 6 * MS),
+              (ENTER + BACKWARD, 6 * MS), (LEAVE, 10 * MS), (COMM_TAIL, 8 * MS),  # all-reduce after 8 ms
+              (FORWARD_EVAL, 10 * MS), (LEAVE, 11 * MS),
+              (ENTER + OPTIMIZER, 11 * MS), (LEAVE_STEP_END, 12 * MS, 1)]
+    row = as_dicts(StepAssembler(0).feed(log(*events), 0, 0.0))[1]
+    assert row["data_wait"] == pytest.approx(0.003)
+    assert row["h2d"] == 0 and row["other"] == pytest.approx(0.001)
+    assert row["backward"] == pytest.approx(0.002) and row["comm"] == pytest.approx(0.002)
+    assert row["forward"] == pytest.approx(0.002) and row["eval_forwards"] == 1 and row["micro_batches"] == 1
+
+
+def test_an_unknown_event_code_is_an_error_not_a_wrong_number():
+    with pytest.raises(ValueError, match="unknown step event code"):
+        StepAssembler(0).feed(log((99, 0)), 0, 0.0)
+
+
+def test_a_log_past_its_bound_is_dropped_and_the_next_frame_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(publisher_module, "MAX_LOG_INTS", 50)
+    path = str(tmp_path / "channel")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    publisher = Publisher(path, rank=0)  # not started: the test drives its flushes
+    monitor, _ = server.accept()
+    assembler = StepAssembler(0)
+    reader = wire.FrameReader()
+
+    def received() -> list[dict]:
+        publisher.flush()
+        monitor.settimeout(2)
+        frames = reader.feed(monitor.recv(1 << 20))
+        rows = []
+        for frame in frames:
+            rows += assembler.feed(base64.b64decode(frame["log"]), frame["perf0"], frame["wall0"], frame["gap"])
+        return [r[STEP_FIELDS.index("step")] for r in rows]
+
+    for step in range(2):
+        for event in one_step(13 * step, step):
+            publisher.put_event(event)
+    assert received() == [0, 1]
+    for step in range(2, 6):  # 22 ints a step: past the bound of 50
+        for event in one_step(13 * step, step):
+            publisher.put_event(event)
+    publisher.flush()
+    for step in range(6, 8):
+        for event in one_step(13 * step, step):
+            publisher.put_event(event)
+    # Step 6 follows the gap: whether it began before it is unknown, so it is not trusted.
+    assert received() == [7]
+    assert assembler.dropped == 5
+    publisher.close()
+    server.close()
