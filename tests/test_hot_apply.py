@@ -218,11 +218,21 @@ def test_a_live_batch_change_scales_the_lr_and_keeps_every_sample(tmp_path):
         assert sorted(seen) == list(range(1000))
 
 
+def run_with_probe(tmp_path, body: str) -> str:
+    """Runs ``body`` as a script with the probe installed (no monitor: the probe's
+    messages are collected in ``acks``, control messages go in by hand); its stdout."""
+    script = tmp_path / "probed.py"
+    script.write_text("import torch, fastmon.probe\n"
+                      "probe = fastmon.probe.install(None); acks = []; probe.message = acks.append\n" + body)
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_a_custom_batch_sampler_is_refused_not_broken(tmp_path):
-    script = tmp_path / "custom.py"
-    script.write_text(
-        "import torch, fastmon.probe\nfrom torch.utils.data import DataLoader, TensorDataset\n"
-        "probe = fastmon.probe.install(None); acks = []; probe.message = acks.append\n"
+    out = run_with_probe(
+        tmp_path,
+        "from torch.utils.data import DataLoader, TensorDataset\n"
         "loader = DataLoader(TensorDataset(torch.arange(100.)), batch_sampler=[[i, i + 1] for i in range(0, 100, 2)])\n"
         "model = torch.nn.Linear(1, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for step, (x,) in enumerate(loader):\n"
@@ -230,16 +240,12 @@ def test_a_custom_batch_sampler_is_refused_not_broken(tmp_path):
         "    if step == 3: probe.publisher.control.append({'t': 'apply', 'exp': 1, 'action': 'batch_size',"
         " 'params': {'factor': 2}})\n"
         "print([a.get('error') for a in acks if a['t'] == 'applied'], opt.param_groups[0]['lr'])\n")
-    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120, env=clean_env())
-    assert done.returncode == 0, done.stderr
-    assert "has its own batch_sampler" in done.stdout and done.stdout.strip().endswith("0.1")
+    assert "has its own batch_sampler" in out and out.strip().endswith("0.1")
 
 
 def test_the_optimizer_is_switched_to_foreach_and_back(tmp_path):
-    script = tmp_path / "foreach.py"
-    script.write_text(
-        "import torch, fastmon.probe\n"
-        "probe = fastmon.probe.install(None); acks = []; probe.message = acks.append\n"
+    out = run_with_probe(
+        tmp_path,
         "model = torch.nn.Linear(4, 1); opt = torch.optim.AdamW(model.parameters(), lr=0.1, foreach=False)\n"
         "seen = []\n"
         "for step in range(12):\n"
@@ -249,6 +255,4 @@ def test_the_optimizer_is_switched_to_foreach_and_back(tmp_path):
         " 'params': {'value': True}})\n"
         "    if step == 7: probe.publisher.control.append({'t': 'revert', 'exp': 1})\n"
         "print(seen)\n")
-    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120, env=clean_env())
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str([False] * 4 + [True] * 4 + [False] * 4)
+    assert out.strip() == str([False] * 4 + [True] * 4 + [False] * 4)
