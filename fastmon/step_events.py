@@ -94,10 +94,11 @@ class StepAssembler:
         self._carry = ints[i:]
         return rows
 
-    def _charge(self, t: int) -> None:
+    def _charge(self, t: int, phase: int | None = None) -> None:
+        """Charge the time since the last event to ``phase`` (default: the open one)."""
         if self.mark is None:
             self.mark = self.step_start = t
-        self.acc[self.phase] += t - self.mark
+        self.acc[self.phase if phase is None else phase] += t - self.mark
         self.mark = t
 
     def _enter(self, phase: int, t: int) -> None:
@@ -110,10 +111,7 @@ class StepAssembler:
         self.phase = self.stack.pop() if self.stack else OTHER
         if charge_to is not None:
             closing = charge_to if charge_to >= 0 else self.phase
-        if self.mark is None:
-            self.mark = self.step_start = t
-        self.acc[closing] += t - self.mark
-        self.mark = t
+        self._charge(t, closing)
 
     def _apply(self, code: int, ints, i: int, rows: list, perf0: int, wall0: float) -> None:
         if code < LEAVE:
