@@ -60,7 +60,7 @@ def format_text(s: dict) -> str:
             status = f" [{a['status']}]" if a.get("status") and a["status"] != "open" else ""
             lines.append(f"   • {a['id']}: {a['title']}{gain}{status}")
             lines.append(f"       {a['evidence']}")
-            if a.get("location"):
+            if a.get("location") and a["location"] not in a["evidence"]:  # said once is enough
                 lines.append(f"       at {a['location']}")
     if s["applied"]:
         lines.append("")
