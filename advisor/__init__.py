@@ -10,6 +10,6 @@ probe or the TUI (checked by tests/test_layering.py).
 from fastmon.advisor.engine import advise
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.types import Advice
-from fastmon.advisor.window import Window
+from fastmon.advisor.window import Window, recent
 
-__all__ = ["Advice", "Facts", "Window", "advise"]
+__all__ = ["Advice", "Facts", "Window", "advise", "recent"]

@@ -1,4 +1,8 @@
-"""Statistics over a window of step rows (rows aligned with ``STEP_FIELDS``)."""
+"""Statistics over a window of step rows (rows aligned with ``STEP_FIELDS``).
+
+Steps, time and samples count every row. Phases, counts and memory come from the timed
+rows (``timed`` 1; on short steps the probe times a random sample of them): medians and
+per-step figures are theirs, and ``phase_totals`` are scaled up to the whole window's time."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from fastmon.phases import PHASES, STEP_FIELDS
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 # Where a DDP rank waits for the slowest one: gradient all-reduce (inside backward), syncs, collectives.
 WAIT_PHASES = ("backward", "sync", "comm")
+MIN_TIMED_ROWS = 20  # a recent window reaches back until it holds this many timed steps
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -21,9 +26,22 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def recent(rows, steps: int) -> list:
+    """The last ``steps`` rows, reaching further back until they hold ``MIN_TIMED_ROWS``
+    timed ones (the probe times a sample of short steps) or the rows run out."""
+    rows = list(rows)
+    start = max(0, len(rows) - steps)
+    timed = sum(1 for r in rows[start:] if r[_I["timed"]])
+    while start > 0 and timed < MIN_TIMED_ROWS:
+        start -= 1
+        timed += bool(rows[start][_I["timed"]])
+    return rows[start:]
+
+
 @dataclass
 class Window:
     steps: int = 0
+    timed_steps: int = 0
     wall: float = 0.0
     samples: int = 0
     phase_totals: dict = field(default_factory=dict)
@@ -38,6 +56,7 @@ class Window:
     eval_grad_forwards: int = 0
     mem_alloc_first: int = 0
     mem_alloc_last: int = 0
+    mem_steps: int = 0  # steps from the first timed row to the last
     mem_peak: int = 0
     micro_batches: int = 0
     first_step: int = 0
@@ -48,23 +67,29 @@ class Window:
     def from_rows(cls, rows) -> "Window":
         w = cls()
         rows = list(rows)
+        w.phase_totals = {p: 0.0 for p in PHASES}
+        w.phase_median = dict(w.phase_totals)
+        w.phase_p90 = dict(w.phase_totals)
         if not rows:
-            w.phase_totals = {p: 0.0 for p in PHASES}
-            w.phase_median = dict(w.phase_totals)
-            w.phase_p90 = dict(w.phase_totals)
             return w
-        col = lambda name: [r[_I[name]] or 0 for r in rows]  # noqa: E731
-        walls = col("wall")
-        w.steps = len(rows)
+        timed = [r for r in rows if r[_I["timed"]]]
+        walls = [r[_I["wall"]] for r in rows]
+        w.steps, w.timed_steps = len(rows), len(timed)
         w.wall = sum(walls)
-        w.samples = sum(col("samples"))
-        for phase in PHASES:
-            values = col(phase)
-            w.phase_totals[phase] = sum(values)
-            w.phase_median[phase] = quantile(values, 0.5)
-            w.phase_p90[phase] = quantile(values, 0.9)
+        w.samples = sum(r[_I["samples"]] or 0 for r in rows)
         w.step_median = quantile(walls, 0.5)
         w.step_p90 = quantile(walls, 0.9)
+        w.first_step, w.last_step = rows[0][_I["step"]], rows[-1][_I["step"]]
+        if not timed:
+            return w
+        col = lambda name: [r[_I[name]] or 0 for r in timed]  # noqa: E731
+        timed_wall = sum(col("wall"))
+        scale = w.wall / timed_wall if timed_wall > 0 else 0.0
+        for phase in PHASES:
+            values = col(phase)
+            w.phase_totals[phase] = sum(values) * scale
+            w.phase_median[phase] = quantile(values, 0.5)
+            w.phase_p90[phase] = quantile(values, 0.9)
         w.sync_calls = sum(col("sync_calls"))
         w.h2d_bytes = sum(col("h2d_bytes"))
         w.h2d_pageable_bytes = sum(col("h2d_pageable_bytes"))
@@ -72,11 +97,11 @@ class Window:
         w.eval_grad_forwards = sum(col("eval_grad_forwards"))
         allocs = col("mem_alloc")
         w.mem_alloc_first, w.mem_alloc_last = allocs[0], allocs[-1]
+        w.mem_steps = timed[-1][_I["step"]] - timed[0][_I["step"]]
         w.mem_peak = max(col("mem_peak"))
         w.micro_batches = sum(col("micro_batches"))
-        w.first_step, w.last_step = rows[0][_I["step"]], rows[-1][_I["step"]]
         waits = [_I[p] for p in WAIT_PHASES if p in _I]
-        w.own_work_median = quantile([r[_I["wall"]] - sum(r[i] or 0 for i in waits) for r in rows], 0.5)
+        w.own_work_median = quantile([r[_I["wall"]] - sum(r[i] or 0 for i in waits) for r in timed], 0.5)
         return w
 
     @property
@@ -99,7 +124,11 @@ class Window:
 
     @property
     def sync_calls_per_step(self) -> float:
-        return self.sync_calls / self.steps if self.steps else 0.0
+        return self.sync_calls / self.timed_steps if self.timed_steps else 0.0
+
+    @property
+    def h2d_bytes_per_step(self) -> float:
+        return self.h2d_bytes / self.timed_steps if self.timed_steps else 0.0
 
     @property
     def pageable_fraction(self) -> float:
@@ -107,5 +136,4 @@ class Window:
 
     @property
     def mem_growth_per_step(self) -> float:
-        span = self.last_step - self.first_step
-        return (self.mem_alloc_last - self.mem_alloc_first) / span if span > 0 else 0.0
+        return (self.mem_alloc_last - self.mem_alloc_first) / self.mem_steps if self.mem_steps > 0 else 0.0

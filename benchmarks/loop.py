@@ -3,9 +3,10 @@ step time of the timed part (after warm-up) and, with --rss-every, the process R
 
 With --ab-pairs N (under `fastmon run`), the timed part is N pairs of segments, one with
 the probe suspended (bare torch) and one with it on, in alternating order; each pair
-prints `ab BARE_US PROBED_US`. Pairs a few milliseconds apart see the same machine
-state, which separate processes do not. --ab-control keeps the probe on in both halves:
-what that shows is the method's own noise."""
+prints `ab BARE_US PROBED_US`. Pairs a fraction of a second apart see the same machine
+state, which separate processes do not. A segment must hold several of the probe's
+timed steps (one in ~60 on short steps): hence 400 steps. --ab-control keeps the probe
+on in both halves: what that shows is the method's own noise."""
 
 import argparse
 import time
@@ -22,7 +23,7 @@ parser.add_argument("--steps", type=int, default=2000)
 parser.add_argument("--warmup", type=int, default=200)
 parser.add_argument("--rss-every", type=int, default=0)
 parser.add_argument("--ab-pairs", type=int, default=0)
-parser.add_argument("--ab-segment", type=int, default=20, help="steps per A/B segment")
+parser.add_argument("--ab-segment", type=int, default=400, help="steps per A/B segment")
 parser.add_argument("--ab-control", action="store_true", help="keep the probe on in both halves: the method's noise")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
 args = parser.parse_args()

@@ -2,8 +2,9 @@
 
 1. Interleaved runs: `python loop.py` and `fastmon run --headless loop.py`, alternately,
    median ratio of their mean step times. What a user sees, monitor included; but two
-   processes seconds apart see different machine states (a few % on a shared VM).
-2. In-process A/B: one `fastmon run` whose loop alternates short segments with the probe
+   processes seconds apart see different machine states (a few % on a shared VM). The
+   first case runs with `fastmon run --every-step` too: the cost of timing every step.
+2. In-process A/B: one `fastmon run` whose loop alternates segments with the probe
    suspended (bare torch, every patch and hook out) and on. The headline is the ratio
    of the summed segment times (a mean: the probe's occasional work, a housekeeping
    step or a flush, counts in full), with a bootstrap 95% interval over pairs; the
@@ -32,10 +33,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 LOOP = HERE / "loop.py"
 CASES = {  # name -> loop.py arguments
-    "tiny MLP 8, batch 4, no DataLoader": ["--width", "8", "--batch", "4", "--no-loader", "--steps", "3000"],
-    "MLP 64, batch 32, DataLoader": ["--width", "64", "--batch", "32", "--steps", "3000"],
-    "MLP 320, batch 128, DataLoader": ["--width", "320", "--batch", "128", "--steps", "600"],
+    "tiny MLP 8, batch 4, no DataLoader": ["--width", "8", "--batch", "4", "--no-loader", "--steps", "8000"],
+    "MLP 64, batch 32, DataLoader": ["--width", "64", "--batch", "32", "--steps", "6000"],
+    "MLP 420, batch 224, DataLoader": ["--width", "420", "--batch", "224", "--steps", "1500"],
 }
+EVERY_STEP_CASE = "tiny MLP 8, batch 4, no DataLoader"  # also run with --every-step: what full timing costs
 
 
 def run(cmd: list[str], cwd: str) -> str:
@@ -67,14 +69,16 @@ def with_interval(pairs_: list[tuple[float, float]], resamples: int = 2000) -> t
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=7, help="interleaved bare/fastmon run pairs per case")
-    parser.add_argument("--pairs", type=int, default=300, help="in-process A/B segment pairs per case")
+    parser.add_argument("--repeats", type=int, default=11, help="interleaved bare/fastmon run pairs per case")
+    parser.add_argument("--pairs", type=int, default=60, help="in-process A/B segment pairs per case")
+    parser.add_argument("--segment", type=int, default=400,
+                        help="steps per A/B segment: long enough to hold ~10 timed steps of the probe's sample")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rss-steps", type=int, default=100_000)
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.md"))
     args = parser.parse_args()
     if args.quick:
-        args.repeats, args.pairs, args.rss_steps = 2, 40, 5_000
+        args.repeats, args.pairs, args.rss_steps = 2, 10, 5_000
     work = tempfile.mkdtemp(prefix="fastmon-bench-")
     bare = [sys.executable, str(LOOP)]
     watched = [sys.executable, "-m", "fastmon", "run", "--headless", str(LOOP)]
@@ -84,11 +88,14 @@ def main() -> None:
              f"time of each run's timed steps; median over {args.repeats} pairs of runs.", "",
              "| case | bare µs/step | fastmon µs/step | added µs/step | median ratio |",
              "| --- | ---: | ---: | ---: | ---: |"]
-    for name, case in CASES.items():
+    every_step = [sys.executable, "-m", "fastmon", "run", "--headless", "--every-step", str(LOOP)]
+    runs = [(name, case, watched) for name, case in CASES.items()]
+    runs.append((f"{EVERY_STEP_CASE}, `--every-step`", CASES[EVERY_STEP_CASE], every_step))
+    for name, case, command in runs:
         bare_us, watched_us, ratios = [], [], []
         for _ in range(args.repeats):
             b = step_us(run(bare + case, work))
-            w = step_us(run(watched + case, work))
+            w = step_us(run(command + case, work))
             bare_us.append(b)
             watched_us.append(w)
             ratios.append(w / b)
@@ -96,7 +103,7 @@ def main() -> None:
         lines.append(f"| {name} | {mb:.1f} | {mw:.1f} | {mw - mb:+.1f} | {statistics.median(ratios):.3f} |")
         print(lines[-1], flush=True)
 
-    lines += ["", f"In-process A/B under `fastmon run --headless`: {args.pairs} pairs of 20-step segments, probe "
+    lines += ["", f"In-process A/B under `fastmon run --headless`: {args.pairs} pairs of {args.segment}-step segments, probe "
               "suspended (every patch and hook out) vs on, alternating order. Ratio = summed probed time / "
               "summed bare time [bootstrap 95% interval over pairs]; added µs/step = the difference of the "
               "sums per step. Median = the median pair ratio. Control: the same alternation with the probe on "
@@ -104,8 +111,9 @@ def main() -> None:
               "| case | bare µs/step | ratio [95%] | added µs/step | median ratio | control ratio [95%] |",
               "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, case in CASES.items():
-        measured = pairs(run(watched + case + ["--ab-pairs", str(args.pairs)], work))
-        control = pairs(run(watched + case + ["--ab-pairs", str(args.pairs), "--ab-control"], work))
+        ab = ["--ab-pairs", str(args.pairs), "--ab-segment", str(args.segment)]
+        measured = pairs(run(watched + case + ab, work))
+        control = pairs(run(watched + case + ab + ["--ab-control"], work))
         ratio, low, high = with_interval(measured)
         c_ratio, c_low, c_high = with_interval(control)
         bare_mean = statistics.mean(b for b, _ in measured)

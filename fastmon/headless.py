@@ -7,7 +7,7 @@ import sys
 import threading
 
 from fastmon.advisor.types import gain_text
-from fastmon.advisor.window import Window
+from fastmon.advisor import Window, recent
 from fastmon.phases import PHASE_LABELS, PHASES
 
 STATUS_EVERY = 3.0
@@ -22,7 +22,7 @@ def status_line(session) -> str:
         steps = rank0.steps if rank0 else 0
         gpu = state.gpu[-1] if state.gpu else None
         applying = [a for a in state.advice.values() if a.get("status") == "applying"]
-    window = Window.from_rows(rows[-STATUS_WINDOW:])
+    window = Window.from_rows(recent(rows, STATUS_WINDOW))
     shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
     parts = [f"[fastmon] step {steps}", f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]
     if shares:

@@ -8,9 +8,11 @@ PHASE_LABELS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward":
                 "sync": "sync", "comm": "comm", "other": "other"}
 
 # One step row, as the monitor assembles it from the probe's event log and stores it. Times are seconds.
+# ``timed`` 0: the probe timed only the step's end (fastmon.probe.sampling), so the phases and
+# the per-step counts after ``samples`` are None, and ``samples`` is the last timed step's.
 STEP_FIELDS = (
     "rank", "step", "t_end", "wall", *PHASES,
     "samples", "mem_alloc", "mem_reserved", "mem_peak",
     "h2d_bytes", "h2d_pageable_bytes", "sync_calls", "eval_forwards", "eval_grad_forwards",
-    "micro_batches",
+    "micro_batches", "timed",
 )

@@ -19,7 +19,9 @@ def format_text(s: dict) -> str:
         f"{s['samples_per_s']:,.1f} samples/s · exit code {exit_code if exit_code is not None else '? (still running or killed)'}")
     lines.append(f"  step time median {s['step_ms']['median']:.2f} ms, p90 {s['step_ms']['p90']:.2f} ms")
     lines.append("")
-    lines.append(f"  {'phase':<10} {'share':>7} {'median ms':>10} {'p90 ms':>9}")
+    timed = s.get("timed_steps", s["steps"])
+    sampled = f"   phases timed in {timed} of the {s['steps']} steps (a random sample)" if timed < s["steps"] else ""
+    lines.append(f"  {'phase':<10} {'share':>7} {'median ms':>10} {'p90 ms':>9}{sampled}")
     for phase in PHASES:
         share = s["phases"][phase]
         bar = "█" * round(share * 30)

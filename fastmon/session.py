@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastmon.advisor import Facts, Window, advise
+from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
 from fastmon.phases import PHASES, STEP_FIELDS
@@ -43,6 +43,7 @@ _WALL = STEP_FIELDS.index("wall")
 _STEP = STEP_FIELDS.index("step")
 _SAMPLES = STEP_FIELDS.index("samples")
 _PHASE_COLUMNS = [STEP_FIELDS.index(p) for p in PHASES]
+_TIMED = STEP_FIELDS.index("timed")
 
 
 @dataclass
@@ -52,6 +53,7 @@ class RunOptions:
     allow: frozenset = frozenset()  # advice ids auto may apply although they change the maths
     runs_dir: str = "fastmon-runs"
     torchrun: list[str] | None = None  # torchrun's own options, when launching through it
+    every_step: bool = False  # time the phases of every step, not a sample of short ones
     python: str = sys.executable
 
 
@@ -61,7 +63,7 @@ class RankState:
     steps: int = 0
     samples: int = 0
     wall: float = 0.0
-    phase_totals: list = field(default_factory=lambda: [0.0] * len(PHASES))  # seconds, whole run
+    phase_totals: list = field(default_factory=lambda: [0.0] * len(PHASES))  # seconds, the timed steps of the run
 
 
 @dataclass
@@ -127,7 +129,7 @@ class Session:
         for key, value in meta.items():
             self.recorder.meta(key, value)
         env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_RUN_DIR=str(self.run_dir),
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", FASTMON_EVERY_STEP="1" if self.options.every_step else "0")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.state.status = "running"
         self._spawn(self._pump, "stdout", self.proc.stdout)
@@ -175,9 +177,10 @@ class Session:
                     rank_state.steps += 1
                     rank_state.samples += row[_SAMPLES]
                     rank_state.wall += row[_WALL]
-                    totals = rank_state.phase_totals
-                    for i, column in enumerate(_PHASE_COLUMNS):
-                        totals[i] += row[column]
+                    if row[_TIMED]:
+                        totals = rank_state.phase_totals
+                        for i, column in enumerate(_PHASE_COLUMNS):
+                            totals[i] += row[column]
                     rec.put("steps", tuple(row))
             elif kind == "device":
                 rec.put("device_steps", tuple(message.get(f) for f in DEVICE_FIELDS))
@@ -265,7 +268,7 @@ class Session:
         self.experiments.tick(rows)
         if not usable:
             return
-        window = Window.from_rows(usable[-ADVISOR_WINDOW:])
+        window = Window.from_rows(recent(usable, ADVISOR_WINDOW))
         found = advise(window, self.facts())
         with self.lock:
             for advice in found:

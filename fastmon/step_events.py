@@ -7,6 +7,8 @@ exclusive-time rule as ever: every nanosecond between two step boundaries is cha
 exactly one phase, the innermost one open at the time, or ``other`` when none is; so the
 phase times of a step add up to its wall time by construction. Before the first
 training activity, and after a gap in the log, time belongs to no step (``IDLE``).
+A step the probe did not time (``fastmon.probe.sampling``) has only its end in the log:
+its row has the wall time, the samples of the last timed step, and None for the rest.
 
 Keeping this out of the training process is what makes the probe cheap: on a ~1 ms CPU
 step each Python operation in a hook costs several times what it costs in a warm loop
@@ -38,7 +40,8 @@ MEMORY = 26  # (code, allocated, reserved, peak): torch's allocator at the step'
 GAP_IS_DATA = 27  # (code, t): the step's time so far, before its first forward, was spent getting the batch
 COMM_TAIL = 28  # (code, t_last_grad): the backward just closed waited for DDP's all-reduce after this
 RESUMED = 29  # (code, t): the probe was suspended since the last event; that time is in no step
-ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, FORWARD_TRAIN: 2,
+UNTIMED_STEPS = 30  # (code, first_step, n, t_1 .. t_n): the ends of n steps in a row that were not timed
+ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, UNTIMED_STEPS: 3, FORWARD_TRAIN: 2,
          FORWARD_EVAL: 2, FORWARD_EVAL_GRAD: 2, SAMPLES: 2, H2D_COPY: 3, MEMORY: 4, GAP_IS_DATA: 2,
          COMM_TAIL: 2, RESUMED: 2, **{ENTER + p: 2 for p in range(len(PHASES))}}
 
@@ -54,6 +57,7 @@ class StepAssembler:
         self.dropped = 0  # steps lost to a gap in the log
         self._carry = array("q")  # the start of an event cut off at the end of a frame
         self._next_step: int | None = None
+        self._last_samples = 0  # per step, the last timed step's: what an untimed step is given
         self._resync()
 
     def _resync(self) -> None:
@@ -87,6 +91,8 @@ class StepAssembler:
             width = ARITY.get(code)
             if width is None:
                 raise ValueError(f"unknown step event code {code}")
+            if code == UNTIMED_STEPS and i + width <= n:
+                width += ints[i + 2]
             if i + width > n:
                 break
             self._apply(code, ints, i, rows, perf0, wall0)
@@ -129,6 +135,10 @@ class StepAssembler:
         elif code == LEAVE_STEP_END:
             self._leave(ints[i + 1])
             self._end_step(ints[i + 1], ints[i + 2], rows, perf0, wall0)
+        elif code == UNTIMED_STEPS:
+            first = ints[i + 1]
+            for k in range(ints[i + 2]):
+                self._end_step(ints[i + 3 + k], first + k, rows, perf0, wall0, timed=False)
         elif code == STEP_END:
             self._end_step(ints[i + 1], ints[i + 2], rows, perf0, wall0)
         elif code == FORWARD_EVAL or code == FORWARD_EVAL_GRAD:
@@ -160,7 +170,7 @@ class StepAssembler:
                 self.acc[BACKWARD] -= wait
                 self.acc[COMM] += wait
 
-    def _end_step(self, t: int, step: int, rows: list, perf0: int, wall0: float) -> None:
+    def _end_step(self, t: int, step: int, rows: list, perf0: int, wall0: float, timed: bool = True) -> None:
         self._charge(t)
         if self.phase == IDLE:
             self.phase = OTHER
@@ -168,17 +178,22 @@ class StepAssembler:
         if self._next_step is not None and step > self._next_step:
             self.dropped += step - self._next_step
         if self.complete:
-            row = [0] * len(STEP_FIELDS)
+            row = [None] * len(STEP_FIELDS)
             row[0:4] = [self.rank, step, wall0 + (t - perf0) * NS, (t - self.step_start - acc[IDLE]) * NS]
-            row[4:4 + len(PHASES)] = [v * NS for v in acc[:IDLE]]
-            row[_FIELD["samples"]] = self.samples
-            row[_FIELD["mem_alloc"]], row[_FIELD["mem_reserved"]], row[_FIELD["mem_peak"]] = self.memory
-            row[_FIELD["h2d_bytes"]] = self.h2d_bytes
-            row[_FIELD["h2d_pageable_bytes"]] = self.h2d_pageable_bytes
-            row[_FIELD["sync_calls"]] = self.sync_calls
-            row[_FIELD["eval_forwards"]] = self.eval_forwards
-            row[_FIELD["eval_grad_forwards"]] = self.eval_grad_forwards
-            row[_FIELD["micro_batches"]] = self.micro_batches
+            row[_FIELD["timed"]] = int(timed)
+            if timed:
+                self._last_samples = self.samples
+                row[4:4 + len(PHASES)] = [v * NS for v in acc[:IDLE]]
+                row[_FIELD["samples"]] = self.samples
+                row[_FIELD["mem_alloc"]], row[_FIELD["mem_reserved"]], row[_FIELD["mem_peak"]] = self.memory
+                row[_FIELD["h2d_bytes"]] = self.h2d_bytes
+                row[_FIELD["h2d_pageable_bytes"]] = self.h2d_pageable_bytes
+                row[_FIELD["sync_calls"]] = self.sync_calls
+                row[_FIELD["eval_forwards"]] = self.eval_forwards
+                row[_FIELD["eval_grad_forwards"]] = self.eval_grad_forwards
+                row[_FIELD["micro_batches"]] = self.micro_batches
+            else:
+                row[_FIELD["samples"]] = self._last_samples
             rows.append(row)
         else:
             self.dropped += 1

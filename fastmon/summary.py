@@ -26,6 +26,7 @@ def rates(steps: int, samples: int, wall: float, phase_totals: dict) -> dict:
 def window_summary(window: Window) -> dict:
     return {
         **rates(window.steps, window.samples, window.wall, window.phase_totals),
+        "timed_steps": window.timed_steps,
         "phase_ms": {p: {"median": round(window.phase_median[p] * 1e3, 4), "p90": round(window.phase_p90[p] * 1e3, 4)}
                      for p in PHASES},
         "step_ms": {"median": round(window.step_median * 1e3, 4), "p90": round(window.step_p90 * 1e3, 4)},

@@ -1,8 +1,9 @@
 """Backward timing and the retained-graph check.
 
 ``Tensor.backward`` calls ``torch.autograd.backward`` by module attribute, so wrapping
-the latter covers both. Each loss seen in backward is kept as a weak reference: if it is
-still alive ``RETAINED_AFTER_STEPS`` steps later, the user's code holds it (for example
+the latter covers both; the wrapper is in while a step is timed. Each loss seen in a
+sampled backward is kept as a weak reference: if it is still alive
+``RETAINED_AFTER_STEPS`` steps later, the user's code holds it (for example
 ``losses.append(loss)``), and with it the autograd history of every step.
 """
 
@@ -36,6 +37,7 @@ class BackwardPart(Part):
         self.watch: list[tuple[int, weakref.ref, tuple | None]] = []
         self.retained_streak = 0
         self.next_watch_step = 0
+        self.timed_backward = None
 
     def install(self) -> None:
         part, orig, probe = self, self._orig, self.probe
@@ -60,9 +62,15 @@ class BackwardPart(Part):
                     part.after(started)
 
         backward.__wrapped__ = orig
-        torch.autograd.backward = backward
+        self.timed_backward = backward
 
     def uninstall(self) -> None:
+        self.disarm()
+
+    def arm(self) -> None:
+        torch.autograd.backward = self.timed_backward
+
+    def disarm(self) -> None:
         torch.autograd.backward = self._orig
 
     def before(self, tensors) -> int:

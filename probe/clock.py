@@ -1,6 +1,8 @@
 """The step clock, the training thread's side: it timestamps phase boundaries into the
 step event log (``fastmon.step_events``) and keeps the few counters the probe's own
-decisions need (the step number, batches, forwards and backwards so far in the step).
+decisions need (the step number, batches, forwards and backwards so far in the step;
+those three count only in timed steps) and whether this step is timed
+(``fastmon.probe.sampling``).
 
 Which phase each nanosecond belongs to is worked out in the monitor from the log. The
 hot hooks (DataLoader ``__next__``, the forward and backward wrappers, the optimizer
@@ -9,13 +11,16 @@ hooks) append their events directly, ``put((code, perf_counter_ns()))``: one C c
 
 from __future__ import annotations
 
+import threading
 from time import perf_counter_ns
 
-from fastmon.step_events import ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP_END, MEMORY, RESUMED, STEP_END
+from fastmon.step_events import (ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP_END, MEMORY, RESUMED, STEP_END,
+                                  UNTIMED_STEPS)
 
 
 class StepClock:
-    __slots__ = ("put", "step", "loader_batches", "forwards", "backwards_since_step", "_memory")
+    __slots__ = ("put", "step", "loader_batches", "forwards", "backwards_since_step", "_memory", "timing", "ends",
+                 "_ends_first", "_ends_lock")
 
     def __init__(self, put, memory=None) -> None:
         self.put = put  # appends one event, atomically: array('q').extend
@@ -24,6 +29,13 @@ class StepClock:
         self.loader_batches = 0
         self.forwards = 0
         self.backwards_since_step = 0
+        self.timing = True  # the phase wrappers are in (Probe.arm)
+        # The end times of the latest untimed steps, not yet in the log: a list.append is
+        # the cheapest record there is. They go in as one event when timing resumes, and
+        # at each of the publisher's sends (so a killed trainer loses no more than ever).
+        self.ends: list[int] = []
+        self._ends_first = 0  # the step number of ends[0]
+        self._ends_lock = threading.Lock()  # the training thread and the publisher both flush
 
     def enter(self, phase: int) -> None:
         self.put((ENTER + phase, perf_counter_ns()))
@@ -45,10 +57,29 @@ class StepClock:
         """After a suspended stretch: that time belongs to no step."""
         self.put((RESUMED, perf_counter_ns()))
 
-    def end_step(self, leaving: bool = False) -> None:
-        """End the step; ``leaving``: closing the innermost phase (the optimizer's) too."""
+    def end_step(self, leaving: bool = False) -> int:
+        """End a timed step; ``leaving``: closing the innermost phase (the optimizer's) too.
+        Returns the step's end time."""
         if self._memory is not None:
             self.put((MEMORY, *self._memory()))
-        self.put((LEAVE_STEP_END if leaving else STEP_END, perf_counter_ns(), self.step))
+        now = perf_counter_ns()
+        self.put((LEAVE_STEP_END if leaving else STEP_END, now, self.step))
         self.step += 1
         self.loader_batches = self.forwards = self.backwards_since_step = 0
+        return now
+
+    def start_untimed(self) -> None:
+        """The steps from this one on are untimed (until ``flush_untimed`` and timing again)."""
+        with self._ends_lock:
+            self._ends_first = self.step
+
+    def flush_untimed(self) -> None:
+        """Log the untimed steps ended since the last flush. From the training thread, or the
+        publisher's: the training thread only ever appends to ``ends`` meanwhile."""
+        with self._ends_lock:
+            ends = self.ends
+            count = len(ends)
+            if count:
+                self.put((UNTIMED_STEPS, self._ends_first, count, *ends[:count]))
+                del ends[:count]
+                self._ends_first += count

@@ -1,5 +1,7 @@
 """Code-level causes the rules name with a file:line: ``torch.tensor(ndarray)`` in the loop,
-LR schedulers and gradient clipping in use, and sampled gradient norms (spikes).
+LR schedulers and gradient clipping in use, and sampled gradient norms (spikes). The
+``torch.tensor`` and clipping wrappers are in while a step is timed: a habit of the loop
+shows in any step.
 
 Gradient norms are sampled every ``GRAD_NORM_EVERY`` steps, just before the optimizer
 step. On an accelerator the norm is copied to pinned memory without blocking and read
@@ -45,6 +47,7 @@ class CodeChecksPart(Part):
         self.norm_every = GRAD_NORM_EVERY
         self.next_norm_step = GRAD_NORM_EVERY
         self.last_norm_ns = 0
+        self.timed_wrappers = (self._orig_tensor, self._orig_clip)
 
     def install(self) -> None:
         part = self
@@ -69,14 +72,19 @@ class CodeChecksPart(Part):
                 part.scheduler_refs.append(weakref.ref(scheduler))
             return orig_init(scheduler, *args, **kwargs)
 
-        torch.tensor = tensor
-        torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
+        self.timed_wrappers = (tensor, clip_grad_norm_)
         torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_init
 
     def uninstall(self) -> None:
+        self.disarm()
+        torch.optim.lr_scheduler.LRScheduler.__init__ = self._orig_scheduler_init
+
+    def arm(self) -> None:
+        torch.tensor, torch.nn.utils.clip_grad_norm_ = self.timed_wrappers
+
+    def disarm(self) -> None:
         torch.tensor = self._orig_tensor
         torch.nn.utils.clip_grad_norm_ = self._orig_clip
-        torch.optim.lr_scheduler.LRScheduler.__init__ = self._orig_scheduler_init
 
     def schedulers(self) -> list:
         return [s for s in (ref() for ref in self.scheduler_refs) if s is not None]

@@ -3,7 +3,9 @@
 Installed only when an accelerator is present: on a CPU-only machine no copy crosses to
 a device and nothing waits on one, so nothing is wrapped and nothing is paid. The sync
 wrappers time only calls on accelerator tensors; each first call site is reported once
-with its file:line, and the per-step count goes into the step row.
+with its file:line, and the per-step count goes into the step row. In untimed steps they
+pass straight through: setting ``torch.Tensor`` attributes at each timed step would
+invalidate the attribute caches of every tensor type.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class DevicePart(Part):
         setattr(owner, name, wrapper)
 
     def _active(self) -> bool:
-        return self.on and threading.get_ident() == self.main_thread
+        return self.probe.clock.timing and self.on and threading.get_ident() == self.main_thread
 
     def _tensor_sync(self, orig, name):
         part = self

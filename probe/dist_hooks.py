@@ -33,20 +33,24 @@ class DistPart(Part):
         super().__init__(probe)
         self.main_thread = threading.main_thread().ident
         self.originals: dict[str, object] = {}
+        self.wrappers: dict[str, object] = {}  # name -> the timing wrapper, in while armed
         self.ddp_handles: list = []
         self.last_grad_ns = 0
 
     def install(self) -> None:
-        for name in COLLECTIVES:
-            original = getattr(dist, name, None)
-            if original is not None:
-                self.originals[name] = original
-                setattr(dist, name, self._wrap(original))
+        self.originals = {name: getattr(dist, name) for name in COLLECTIVES if getattr(dist, name, None) is not None}
+        self.wrappers = {name: self._wrap(original) for name, original in self.originals.items()}
 
-    def uninstall(self) -> None:
+    def arm(self) -> None:
+        for name, wrapper in self.wrappers.items():
+            setattr(dist, name, wrapper)
+
+    def disarm(self) -> None:
         for name, original in self.originals.items():
             setattr(dist, name, original)
-        self.originals = {}
+
+    def uninstall(self) -> None:
+        self.disarm()
         for handle in self.ddp_handles:
             handle.remove()
         self.ddp_handles = []

@@ -10,7 +10,12 @@ hook-free fast path, costs one Python call per top-level forward, and is left ou
 never carry it. Instances where that slot cannot be ours keep instance hooks: those
 called inside a ``DataParallel`` (its replicas copy the instance dict, slot included).
 
-A step with a backward but no top-level forward seen means a model the discovery did
+Between timed steps the slot holds the module's plain call (its key stays: a key that
+comes and goes in ``__dict__`` costs more than it saves). ``model.eval()`` in an untimed
+step starts timing at once, so a validation pass is seen in its step. The discovery's
+steps are all timed.
+
+A timed step with a backward but no top-level forward seen means a model the discovery did
 not meet (a new model, one compiled with ``torch.compile`` after the start): discovery
 runs again, at most every ``REDISCOVER_AFTER`` steps, twice as far apart each time it
 finds nothing new.
@@ -76,28 +81,59 @@ class ForwardPart(Part):
         self.eval_grad_reported = False
         self.next_autocast_check = 0
         self.last_inputs = None
+        self._orig_train = nn_module.Module.train
 
     def install(self) -> None:
+        self._install_train()
         if not self.discovering:  # reinstalled after a suspend: the roots are known
             self._time_roots()
             return
         self._hook_globally()
 
     def uninstall(self) -> None:
+        nn_module.Module.train = self._orig_train
         for handle in self.handles:
             handle.remove()
         self.handles = []
         for module in list(self.roots.values()):
             slot = module.__dict__.get("_compiled_call_impl")
+            if self._is_ours(slot) and slot.previous is not None:
+                module.__dict__["_compiled_call_impl"] = slot.previous
+            elif self._is_ours(slot) or self._is_plain(slot, module):
+                del module.__dict__["_compiled_call_impl"]
+
+    def arm(self) -> None:
+        if not self.discovering:
+            for module in list(self.roots.values()):
+                if id(module) not in self.hooked:
+                    self._wrap_call(module)
+
+    def disarm(self) -> None:
+        # The slot keeps its key, with the plain call in it: a key that comes and goes in the
+        # module's __dict__ would cost more than the wrapper it saves.
+        for module in list(self.roots.values()):
+            slot = module.__dict__.get("_compiled_call_impl")
             if self._is_ours(slot):
-                if slot.previous is None:
-                    del module.__dict__["_compiled_call_impl"]
-                else:
-                    module.__dict__["_compiled_call_impl"] = slot.previous
+                module.__dict__["_compiled_call_impl"] = slot.previous or module._call_impl
+
+    def _install_train(self) -> None:
+        """``model.eval()`` in an untimed step starts timing: a validation pass is seen in its step."""
+        part, orig_train = self, self._orig_train
+        get_ident, main_thread = threading.get_ident, self.main_thread
+
+        def train(module, mode: bool = True):
+            if not mode and not part.probe.clock.timing and part.on and get_ident() == main_thread \
+                    and id(module) in part.roots:
+                part.probe.time_from_here()
+            return orig_train(module, mode)
+
+        nn_module.Module.train = train
 
     def after_step(self, step: int) -> None:
         if self.discovering and step + 1 >= self.discovery_ends and self.depth == 0:
-            self.uninstall()
+            for handle in self.handles:  # the global hooks (and instance hooks, put back below)
+                handle.remove()
+            self.handles = []
             self.discovering = False
             if len(self.roots) == self.roots_before:
                 self.rediscover_wait *= 2
@@ -148,12 +184,14 @@ class ForwardPart(Part):
         previous = module.__dict__.get("_compiled_call_impl")
         if self._is_ours(previous):
             return
+        if self._is_plain(previous, module):
+            previous = None
         inner = previous or module._call_impl
-        part, put = self, self.probe.clock.put
+        part, clock, put = self, self.probe.clock, self.probe.clock.put
         get_ident, main_thread = threading.get_ident, self.main_thread
 
         def timed_call(*args, **kwargs):
-            if part.depth or not part.on or get_ident() != main_thread:
+            if not clock.timing or part.depth or not part.on or get_ident() != main_thread:
                 return inner(*args, **kwargs)
             try:
                 part.on_root_forward(module, args)
@@ -172,9 +210,14 @@ class ForwardPart(Part):
         timed_call.fastmon_part, timed_call.previous = self, previous
         module.__dict__["_compiled_call_impl"] = timed_call
 
+    @staticmethod
+    def _is_plain(slot, module) -> bool:
+        """The slot holds the module's own call, put there by ``disarm``."""
+        return getattr(slot, "__self__", None) is module and getattr(slot, "__func__", None) is type(module)._call_impl
+
     # --- discovery hooks, and instance hooks where the call slot is not ours ----------
     def _pre(self, module, args):
-        if not self.on or threading.get_ident() != self.main_thread:
+        if not self.probe.clock.timing or not self.on or threading.get_ident() != self.main_thread:
             return None
         self.depth += 1
         if self.depth != 1:

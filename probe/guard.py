@@ -7,7 +7,9 @@ import traceback
 
 
 class Part:
-    """Base for one hook family. Subclasses set ``name`` and implement install/uninstall."""
+    """Base for one hook family. Subclasses set ``name`` and implement install/uninstall
+    (what stays in for the whole run); the hooks that time phases go in with ``arm`` and
+    out with ``disarm``, so that steps the probe does not time run without them."""
 
     name = "part"
 
@@ -20,6 +22,12 @@ class Part:
 
     def uninstall(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def arm(self) -> None:
+        pass
+
+    def disarm(self) -> None:
+        pass
 
     def fail(self, exc: BaseException) -> None:
         if not self.on:

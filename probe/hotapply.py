@@ -37,12 +37,14 @@ class HotApply:
             action, params = self.undo.pop(exp)
             self._run(exp, action, params, reverting=True)
 
-    def due(self) -> None:
-        """Commands whose step has come; called at each step boundary while any wait."""
+    def due(self) -> bool:
+        """Commands whose step has come; called at each step boundary while any wait.
+        True if any was carried out."""
         ready = [c for c in self.waiting if c["at_step"] <= self.probe.clock.step]
         self.waiting = [c for c in self.waiting if c["at_step"] > self.probe.clock.step]
         for command in ready:
             self.handle(command)
+        return bool(ready)
 
     def _run(self, exp, action: str, params: dict, reverting: bool = False) -> None:
         probe = self.probe

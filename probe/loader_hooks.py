@@ -2,8 +2,9 @@
 
 ``_BaseDataLoaderIter.__next__`` is wrapped at class level, which covers single- and
 multi-process iterators and the fetchers that Lightning builds on them; the time spent
-blocked there is ``data_wait``. ``DataLoader.__iter__`` is wrapped too: it tags each
-iterator with its loader and shows worker start-up.
+blocked there is ``data_wait`` (in untimed steps the wrapper passes straight through).
+``DataLoader.__iter__`` is wrapped too: it tags each iterator with its loader and shows
+worker start-up.
 
 A rebuild (hot-apply of num_workers / pin_memory / persistent_workers) takes the index
 batches that the live iterator has not yet dispatched, lets the batches already in
@@ -76,6 +77,7 @@ class LoaderPart(Part):
         self.train_loader: LoaderState | None = None
         self._orig_next = dl._BaseDataLoaderIter.__next__
         self._orig_iter = DataLoader.__iter__
+        self.rebuilt = False  # an iterator delegates to a rebuilt loader (until the run ends)
 
     # --- patches --------------------------------------------------------------------
     def install(self) -> None:
@@ -85,8 +87,10 @@ class LoaderPart(Part):
         get_ident, main_thread = threading.get_ident, self.main_thread
 
         def __next__(it):
+            if not clock.timing and not part.rebuilt:
+                return orig_next(it)
             tags = it.__dict__
-            if not part.on or get_ident() != main_thread:
+            if not clock.timing or not part.on or get_ident() != main_thread:
                 source = tags.get("_fastmon_source")
                 return source.next() if source is not None else orig_next(it)
             entered = False
@@ -120,27 +124,30 @@ class LoaderPart(Part):
         def __iter__(loader):
             if not part.on or threading.get_ident() != part.main_thread:
                 return orig_iter(loader)
-            clock = part.probe.clock
-            clock.enter(DATA_WAIT)
+            timing = clock.timing
+            if timing:
+                clock.enter(DATA_WAIT)
             started = perf_counter()
             try:
                 it = orig_iter(loader)
             finally:
-                clock.leave()
+                if timing:
+                    clock.leave()
             try:
                 part.on_iter(loader, it, perf_counter() - started)
             except Exception as exc:
                 part.fail(exc)
             return it
 
+        # Both in for the whole run: setting a class attribute at every timed step would
+        # invalidate the iterator classes' attribute caches. Untimed steps pass straight through.
         dl._BaseDataLoaderIter.__next__ = __next__
         DataLoader.__iter__ = __iter__
 
     def uninstall(self) -> None:
-        # __next__ stays wrapped only if a rebuild is live: those iterators delegate.
         DataLoader.__iter__ = self._orig_iter
-        if not any(s.live is not None and s.live() is not None and "_fastmon_source" in s.live().__dict__
-                   for s in self.loaders.values()):
+        # __next__ stays wrapped while a rebuild is live: those iterators delegate.
+        if not self.rebuilt:
             dl._BaseDataLoaderIter.__next__ = self._orig_next
 
     # --- timing ---------------------------------------------------------------------
@@ -207,6 +214,7 @@ class LoaderPart(Part):
         new_loader = loader_over(loader, remaining) if remaining else None
         new_iter = self._orig_iter(new_loader) if new_loader is not None else None
         it.__dict__["_fastmon_source"] = Rebuilt(draining, new_iter, new_loader, self._orig_next)
+        self.rebuilt = True
 
 
 def set_loader_settings(loader: DataLoader, params: dict) -> None:

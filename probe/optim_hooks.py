@@ -1,6 +1,10 @@
 """Step boundaries: global optimizer step hooks, and the fallbacks.
 
-A step ends when ``optimizer.step()`` returns. ``step`` with a closure runs forward and
+A step ends when ``optimizer.step()`` returns: the post hook is in for the whole run, and
+at the end of an untimed step (``fastmon.probe.sampling``) all it does is log the time.
+The pre hook, which opens the optimizer phase, is in while steps are timed (and for good
+once one optimizer's step is seen inside another's: its depth count is needed then).
+``step`` with a closure runs forward and
 backward inside it; the clock charges those to forward/backward, the rest to optimizer.
 GradScaler skips ``optimizer.step`` on overflow, so its ``update`` also ends a step that
 had none. A process that never creates an optimizer (manual SGD; ``created == 0``) falls back:
@@ -31,42 +35,45 @@ class OptimizerPart(Part):
         self.main_thread = threading.main_thread().ident
         self.created = 0
         self.depth = 0
-        self.handles: list = []
-        self.steps_since_update = 0
+        self.step_at_update = 0  # the step count at the last GradScaler.update
+        self.fast = False  # the post hook's short way: on, untimed, no depth to count
         self.seen: list = []  # weak references to the optimizers that have stepped
         self.force_set_to_none = False
         self.zero_grad_reported = False
+        self.nested = False  # an optimizer's step ran inside another's (ZeroRedundancyOptimizer)
+        self.pre_handle = self.post_handle = None
+        self.pre_hooks = optim_module._global_optimizer_pre_hooks  # ours goes in and out by its handle's id
         self._orig_init = torch.optim.Optimizer.__init__
-        self._orig_zero_grad = torch.optim.Optimizer.zero_grad
         self._orig_module_zero_grad = torch.nn.Module.zero_grad
         self._scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
         self._orig_update = self._scaler_cls.update if self._scaler_cls else None
 
     def install(self) -> None:
         part = self
-        orig_init, orig_zero, orig_module_zero = self._orig_init, self._orig_zero_grad, self._orig_module_zero_grad
+        orig_init = self._orig_init
 
         def __init__(opt, *args, **kwargs):
             part.created += 1
             return orig_init(opt, *args, **kwargs)
 
-        def zero_grad(opt, set_to_none: bool = True):
-            if not set_to_none and part.on:
-                set_to_none = part.check_set_to_none(set_to_none)
-            return orig_zero(opt, set_to_none)
-
-        def module_zero_grad(module, set_to_none: bool = True):
-            if not set_to_none and part.on:
-                set_to_none = part.check_set_to_none(set_to_none)
-            return orig_module_zero(module, set_to_none)
-
         torch.optim.Optimizer.__init__ = __init__
-        torch.optim.Optimizer.zero_grad = zero_grad
-        torch.nn.Module.zero_grad = module_zero_grad
-        self.handles = [
-            optim_module.register_optimizer_step_pre_hook(self._pre),
-            optim_module.register_optimizer_step_post_hook(self._post),
-        ]
+        self._install_zero_grad()
+        probe, clock = self.probe, self.probe.clock
+        get_ident, main_thread, keep_end = threading.get_ident, self.main_thread, clock.ends.append
+
+        def post(optimizer, args, kwargs):
+            # At every step of the run: the untimed step's end is kept to these few lines.
+            if part.fast and get_ident() == main_thread:
+                step = clock.step
+                if step < probe.wake_after:
+                    keep_end(perf_counter_ns())
+                    clock.step = step + 1
+                else:
+                    probe.end_untimed_step()
+            else:
+                part.post(optimizer)
+
+        self.post_handle = optim_module.register_optimizer_step_post_hook(post)
         if self._scaler_cls is not None:
             orig_update = self._orig_update
 
@@ -81,14 +88,71 @@ class OptimizerPart(Part):
             self._scaler_cls.update = update
 
     def uninstall(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
+        self.disarm()
+        self._remove_pre_hook()
+        if self.post_handle is not None:
+            self.post_handle.remove()
+            self.post_handle = None
         torch.optim.Optimizer.__init__ = self._orig_init
-        torch.optim.Optimizer.zero_grad = self._orig_zero_grad
         torch.nn.Module.zero_grad = self._orig_module_zero_grad
+        for optimizer in self.optimizers():
+            optimizer.__dict__.pop("zero_grad", None)
         if self._scaler_cls is not None:
             self._scaler_cls.update = self._orig_update
+
+    def arm(self) -> None:
+        self.fast = False
+        if self.pre_handle is None:
+            self.pre_handle = optim_module.register_optimizer_step_pre_hook(self._pre)
+        else:  # cheaper than a new handle at every timed step
+            self.pre_hooks[self.pre_handle.id] = self._pre
+        self._set_zero_grads(True)
+
+    def disarm(self) -> None:
+        if not self.nested and self.pre_handle is not None:  # nested steps need the depth count at every step
+            self.pre_hooks.pop(self.pre_handle.id, None)
+            self.fast = self.on
+        if not self.force_set_to_none:
+            self._set_zero_grads(False)
+
+    def _remove_pre_hook(self) -> None:
+        if self.pre_handle is not None:
+            self.pre_handle.remove()
+            self.pre_handle = None
+
+    def _install_zero_grad(self) -> None:
+        """``model.zero_grad(set_to_none=False)`` is reported once; in for the whole run (a
+        class attribute set on ``nn.Module`` at each timed step would invalidate every module
+        type's attribute caches). Optimizers get theirs per instance: ``_watch_zero_grad``."""
+        part = self
+        orig_module_zero = self._orig_module_zero_grad
+
+        def module_zero_grad(module, set_to_none: bool = True):
+            if not set_to_none and part.on:
+                set_to_none = part.check_set_to_none(set_to_none)
+            return orig_module_zero(module, set_to_none)
+
+        torch.nn.Module.zero_grad = module_zero_grad
+
+    def _watch_zero_grad(self, optimizer) -> None:
+        """An optimizer's ``zero_grad(set_to_none=False)`` is reported once, and a hot-apply
+        can force True. The wrapper sits in the instance's ``zero_grad`` attribute while steps
+        are timed (or while forced); in between, the attribute holds the plain bound method,
+        so the key never comes and goes. ``Optimizer.__getstate__`` leaves both out."""
+        part = self
+        plain = optimizer.zero_grad
+
+        def zero_grad(set_to_none: bool = True):
+            if not set_to_none and part.on:
+                set_to_none = part.check_set_to_none(set_to_none)
+            return plain(set_to_none)
+
+        optimizer.__dict__["_fastmon_zero_grad"] = (zero_grad, plain)
+        optimizer.__dict__["zero_grad"] = zero_grad
+
+    def _set_zero_grads(self, wrapped: bool) -> None:
+        for optimizer in self.optimizers():
+            optimizer.__dict__["zero_grad"] = optimizer.__dict__["_fastmon_zero_grad"][0 if wrapped else 1]
 
     def optimizers(self) -> list:
         return [opt for opt in (ref() for ref in self.seen) if opt is not None]
@@ -103,7 +167,9 @@ class OptimizerPart(Part):
         if not self.on or threading.get_ident() != self.main_thread:
             return None
         self.depth += 1
-        if self.depth == 1:
+        if self.depth > 1:
+            self.nested = True
+        elif self.probe.clock.timing:
             try:
                 self.on_step_begin(optimizer)
             except Exception as exc:
@@ -115,6 +181,7 @@ class OptimizerPart(Part):
         if "_fastmon_seen" not in optimizer.__dict__:
             optimizer.__dict__["_fastmon_seen"] = True
             self.seen.append(weakref.ref(optimizer))
+            self._watch_zero_grad(optimizer)
             if not self.created:
                 self.created = 1
             self.probe.fact(f"optimizer.{type(optimizer).__name__}", facts.describe_optimizer(optimizer))
@@ -127,19 +194,28 @@ class OptimizerPart(Part):
             except Exception as exc:
                 checks.fail(exc)
 
-    def _post(self, optimizer, args, kwargs):
-        if not self.on or threading.get_ident() != self.main_thread or self.depth == 0:
-            return None
+    def post(self, optimizer) -> None:
+        """The step's end, the long way: a timed step, or nested steps to count."""
+        if not self.on or threading.get_ident() != self.main_thread:
+            return
         try:
-            self.depth -= 1
-            if self.depth == 0:
-                self.steps_since_update += 1
-                self.probe.end_step(leaving=True)
+            leaving = self.depth > 0  # the pre hook opened the optimizer phase
+            if leaving:
+                self.depth -= 1
+                if self.depth:
+                    return
+            if self.probe.clock.timing:
+                self.probe.end_step(leaving=leaving)
+            else:
+                self.probe.end_untimed_step()
         except Exception as exc:
             self.fail(exc)
-        return None
 
     def on_scaler_update(self) -> None:
-        if self.steps_since_update == 0 and self.probe.clock.backwards_since_step:
-            self.probe.end_step()  # the scaler skipped optimizer.step: the step still ended
-        self.steps_since_update = 0
+        clock = self.probe.clock
+        if clock.step == self.step_at_update:  # the scaler skipped optimizer.step: the step still ended
+            if not clock.timing:
+                self.probe.end_untimed_step()
+            elif clock.backwards_since_step:
+                self.probe.end_step()
+        self.step_at_update = clock.step

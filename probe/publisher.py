@@ -36,6 +36,7 @@ class Publisher:
         self._gap = False  # part of the log was dropped since the last frame
         self.queue: collections.deque = collections.deque()
         self.control: collections.deque = collections.deque()
+        self.on_control = lambda: None  # called on this thread after commands arrive
         self.dropped = 0
         self._sock: socket.socket | None = None
         self._reader = wire.FrameReader()
@@ -68,8 +69,17 @@ class Publisher:
         else:
             self.queue.append(message)
 
+    def deliver(self, commands: list[dict]) -> None:
+        """Commands from the monitor, for the training thread's next step boundary."""
+        self.control.extend(commands)
+        self.on_control()
+
     # --- publisher thread side ------------------------------------------------------
     def _drain(self) -> list[dict]:
+        try:
+            self.before_send()
+        except Exception:
+            pass  # the probe's own records: never a reason to stop sending
         messages = []
         pop_message = self.queue.popleft
         while self.queue:
@@ -148,9 +158,12 @@ class Publisher:
             self._lose_connection()
             return
         try:
-            self.control.extend(self._reader.feed(data))
+            commands = self._reader.feed(data)
         except ValueError:
             self._lose_connection()
+            return
+        if commands:
+            self.deliver(commands)
 
     def _run(self) -> None:
         while not self._stop.wait(INTERVAL):

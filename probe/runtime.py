@@ -6,6 +6,8 @@ import atexit
 import math
 import os
 import sys
+import time
+from time import perf_counter_ns
 
 import torch
 
@@ -14,11 +16,12 @@ from fastmon.probe.autograd_hooks import BackwardPart
 from fastmon.probe.clock import StepClock
 from fastmon.probe.code_checks import CodeChecksPart
 from fastmon.probe.forward_hooks import ForwardPart
-from fastmon.probe.guard import describe
+from fastmon.probe.guard import Part, describe
 from fastmon.probe.hotapply import HotApply
 from fastmon.probe.loader_hooks import LoaderPart
 from fastmon.probe.optim_hooks import OptimizerPart
 from fastmon.probe.publisher import Publisher, rank_from_env
+from fastmon.probe.sampling import TimingSchedule
 
 SETTINGS_EVERY = 50  # steps between polls of torch's global settings
 
@@ -29,14 +32,20 @@ class Probe:
     def __init__(self, channel_path: str | None) -> None:
         self.rank, self.local_rank, self.world_size = rank_from_env()
         self.publisher = Publisher(channel_path, self.rank)
+        self.publisher.on_control = self._wake
         self.cuda = torch.cuda.is_available()
         self.clock = StepClock(self.publisher.put_event, self._memory if self.cuda else None)
+        self.publisher.before_send = self.clock.flush_untimed
         self.events = None
         self.next_housekeeping = -1  # the step after which _housekeeping next runs
+        self.schedule = TimingSchedule(every_step=os.environ.get("FASTMON_EVERY_STEP") == "1")
+        self.next_timed_step = 0  # while untimed steps run: the step at which timing resumes
+        self.wake_after = -1  # an untimed step from this one on ends the long way (end_untimed_step)
         self.sent_facts: dict[str, object] = {}
         self.faults: set[str] = set()
         self.in_fork_child = False
         self.suspended = False
+        self.suspended_at = 0
         self.forward_part = ForwardPart(self)
         self.loader_part = LoaderPart(self)
         self.backward_part = BackwardPart(self)
@@ -58,6 +67,9 @@ class Probe:
             self.device_part = DevicePart(self)
             self.parts.append(self.device_part)
         self.hot = HotApply(self)
+        # What arm/disarm visit; the collectives only once torch.distributed is initialized
+        # (seen at the settings poll): no collective can run before.
+        self.toggled = [part for part in self.parts if type(part).arm is not Part.arm and part is not self.dist_part]
 
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -69,6 +81,8 @@ class Probe:
         for part in self.parts:
             try:
                 part.install()
+                if part in self.toggled:
+                    part.arm()
             except Exception as exc:
                 part.on = False
                 self.report_fault(part.name, exc)
@@ -79,15 +93,14 @@ class Probe:
     def _after_fork_in_child(self) -> None:
         # DataLoader workers and other forks inherit the patches: they must stay silent.
         self.in_fork_child = True
-        for part in self.parts:
-            part.on = False
+        self._all_off()
         self.publisher._sock = None
 
     def close(self) -> None:
         if self.in_fork_child:
             return
-        for part in self.parts:
-            part.on = False
+        self._all_off()
+        self.clock.flush_untimed()
         self.publisher.close(final={"t": "bye", "steps": self.clock.step})
 
     def suspend(self) -> None:
@@ -96,27 +109,89 @@ class Probe:
         if self.suspended:
             return
         self.suspended = True
+        self.suspended_at = time.perf_counter_ns()
+        self.clock.flush_untimed()
         for part in self.parts:
             if part.on:
                 part.uninstall()
 
     def resume(self) -> None:
+        """Put the probe back as it was: the step in progress stays timed or untimed."""
         if not self.suspended:
             return
         self.suspended = False
         for part in self.parts:
             if part.on:
                 part.install()
+                if part in self.toggled and self.clock.timing:
+                    part.arm()
+                elif part in self.toggled:
+                    part.disarm()
+        self.schedule.skip(time.perf_counter_ns() - self.suspended_at)
         self.clock.resumed()
+
+    # --- which steps are timed (fastmon.probe.sampling) -----------------------------
+    def arm(self) -> None:
+        if self.clock.timing:
+            return
+        self.clock.timing = True
+        self.wake_after = -1
+        for part in self.toggled:
+            if part.on:
+                try:
+                    part.arm()
+                except Exception as exc:
+                    part.fail(exc)
+
+    def disarm(self) -> None:
+        if not self.clock.timing:
+            return
+        self.clock.timing = False
+        self.clock.start_untimed()
+        for part in self.toggled:
+            if part.on:
+                try:
+                    part.disarm()
+                except Exception as exc:
+                    part.fail(exc)
+
+    def time_from_here(self) -> None:
+        """Time the rest of the untimed step in progress (its earlier part counts as other)."""
+        try:
+            self.clock.flush_untimed()
+            self.arm()
+        except Exception as exc:
+            self._step_fault(exc)
+
+    def _plan_next(self, step: int, now_ns: int, changed: bool) -> None:
+        """After timed step ``step``: time the next one, or disarm until the drawn step."""
+        next_timed = step + self.schedule.gap(step, now_ns)
+        norm_step = self.checks_part.next_norm_step  # a gradient-norm sample runs in a timed step
+        if step < norm_step < next_timed and self.checks_part.on:
+            next_timed = norm_step
+        if next_timed > step + 1 and not (changed or self.forward_part.discovering or not self.optimizer_part.created
+                                          or self.hot.waiting):
+            self.next_timed_step = next_timed
+            self.disarm()
+            self._set_wake()
+
+    def _wake(self) -> None:
+        """Commands arrived: the next untimed step's end takes them."""
+        self.wake_after = -1
+
+    def _set_wake(self) -> None:
+        self.wake_after = self.next_timed_step - 1
+        if self.hot.waiting or self.publisher.control:
+            self.wake_after = -1
 
     # --- what parts call ------------------------------------------------------------
     def end_step(self, leaving: bool = False) -> None:
-        """The step ends; ``leaving``: from inside the optimizer phase, which closes with it."""
+        """A timed step ends; ``leaving``: from inside the optimizer phase, which closes with it."""
         try:
             clock = self.clock
             if not clock.forwards and clock.backwards_since_step and self.forward_part.forward_missed(clock.step):
                 self.next_housekeeping = -1  # the discovery's end is housekeeping
-            clock.end_step(leaving)
+            now = clock.end_step(leaving)
             if self.clock.step > self.next_housekeeping:
                 self._housekeeping(self.clock.step - 1)
             loader = self.loader_part.last_loader
@@ -125,19 +200,51 @@ class Probe:
             if self.events is not None:
                 for row in self.events.end_step(self.clock.step - 1):
                     self.message(dict(row, t="device", rank=self.rank))
-            control = self.publisher.control
-            while control:
-                self.hot.handle(control.popleft())
-            if self.hot.waiting:
-                self.hot.due()
+            self._plan_next(clock.step - 1, now, self._take_control())
         except Exception as exc:
-            self.report_fault("step", exc)
-            for part in self.parts:
-                part.on = False
-                try:
-                    part.uninstall()
-                except Exception:
-                    pass
+            self._step_fault(exc)
+
+    def end_untimed_step(self) -> None:
+        """An untimed step ends and something is due (the monitor's commands, timing from
+        the next step on), or it ends the long way (a skipped GradScaler step, nested
+        steps). The optimizer's post hook has the plain case inline."""
+        try:
+            clock = self.clock
+            resume_timing = self._take_control() or clock.step + 1 >= self.next_timed_step
+            if resume_timing:
+                self.arm()  # the step after a change is timed too: it shows what the change did
+            clock.ends.append(perf_counter_ns())
+            clock.step += 1
+            if resume_timing:
+                clock.flush_untimed()
+            else:
+                self._set_wake()
+        except Exception as exc:
+            self._step_fault(exc)
+
+    def _take_control(self) -> bool:
+        """Carry out the monitor's commands that are due; True if any was."""
+        control = self.publisher.control
+        ran = bool(control)
+        while control:
+            self.hot.handle(control.popleft())
+        if self.hot.waiting:
+            ran = self.hot.due() or ran
+        return ran
+
+    def _step_fault(self, exc: BaseException) -> None:
+        self.report_fault("step", exc)
+        self._all_off()
+        for part in self.parts:
+            try:
+                part.uninstall()
+            except Exception:
+                pass
+
+    def _all_off(self) -> None:
+        for part in self.parts:
+            part.on = False
+        self.optimizer_part.fast = False
 
     def _housekeeping(self, step: int) -> None:
         """What is not needed at every step: the end of module discovery, the retained-loss
@@ -148,11 +255,20 @@ class Probe:
         backward.after_step(step)
         if step % SETTINGS_EVERY == 0:
             self.fact("settings", facts.settings())
+            self._watch_collectives()
             if not forward.discovering:
                 forward.check_call_slots()
         self.next_housekeeping = min(step + 1 if forward.discovering else math.inf,
                                      step - step % SETTINGS_EVERY + SETTINGS_EVERY,
                                      backward.next_check())
+
+    def _watch_collectives(self) -> None:
+        import torch.distributed as dist
+
+        part = self.dist_part
+        if part is not None and part.on and part not in self.toggled and dist.is_initialized():
+            self.toggled.append(part)
+            part.arm()  # the step is timed: housekeeping runs at timed steps' ends
 
     def _memory(self) -> tuple[int, int, int]:
         if torch.cuda.is_initialized():

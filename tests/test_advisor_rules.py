@@ -31,7 +31,7 @@ def rows(n=50, ms=None, **extra):
     out = []
     for step in range(n):
         row = dict.fromkeys(STEP_FIELDS, 0)
-        row.update(step=step, samples=32, micro_batches=1)
+        row.update(step=step, samples=32, micro_batches=1, timed=1)
         for phase in PHASES:
             row[phase] = ms.get(phase, 0.0) / 1e3
         row["wall"] = sum(row[p] for p in PHASES)
@@ -198,3 +198,23 @@ def test_amp_and_tf32_need_the_users_accept():
 def test_amdahl():
     assert amdahl(0.4) == pytest.approx(1 / 0.6)
     assert amdahl(0.5, 2.0) == pytest.approx(1 / 0.75)
+
+
+def test_a_window_of_sampled_steps_reads_like_one_of_all_steps():
+    """Short steps are timed in a random sample: the untimed rows (wall and samples only)
+    count in throughput, and the timed ones give the split of the whole window's time."""
+    def untimed(row: tuple) -> tuple:
+        fields = dict(zip(STEP_FIELDS, row), timed=0)
+        fields.update(dict.fromkeys((*PHASES, "sync_calls", "micro_batches", "mem_alloc", "mem_peak")))
+        return tuple(fields[f] for f in STEP_FIELDS)
+
+    every = rows(60, STARVED, sync_calls=2)
+    sampled = [row if step % 6 == 0 else untimed(row) for step, row in enumerate(every)]
+    full, part = Window.from_rows(every), Window.from_rows(sampled)
+    assert (part.steps, part.timed_steps, part.samples) == (60, 10, 60 * 32)
+    assert part.wall == pytest.approx(full.wall) and part.samples_per_s == pytest.approx(full.samples_per_s)
+    for phase in PHASES:
+        assert part.phase_totals[phase] == pytest.approx(full.phase_totals[phase])
+        assert part.phase_median[phase] == pytest.approx(full.phase_median[phase])
+    assert part.sync_calls_per_step == pytest.approx(2)
+    assert fired(sampled, facts(loader=LOADER)).keys() == fired(every, facts(loader=LOADER)).keys()

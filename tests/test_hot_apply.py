@@ -237,8 +237,8 @@ def test_a_custom_batch_sampler_is_refused_not_broken(tmp_path):
         "model = torch.nn.Linear(1, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for step, (x,) in enumerate(loader):\n"
         "    opt.zero_grad(); model(x[:, None]).sum().backward(); opt.step()\n"
-        "    if step == 3: probe.publisher.control.append({'t': 'apply', 'exp': 1, 'action': 'batch_size',"
-        " 'params': {'factor': 2}})\n"
+        "    if step == 3: probe.publisher.deliver([{'t': 'apply', 'exp': 1, 'action': 'batch_size',"
+        " 'params': {'factor': 2}}])\n"
         "print([a.get('error') for a in acks if a['t'] == 'applied'], opt.param_groups[0]['lr'])\n")
     assert "has its own batch_sampler" in out and out.strip().endswith("0.1")
 
@@ -251,8 +251,8 @@ def test_the_optimizer_is_switched_to_foreach_and_back(tmp_path):
         "for step in range(12):\n"
         "    opt.zero_grad(); model(torch.randn(8, 4)).sum().backward(); opt.step()\n"
         "    seen.append(opt.param_groups[0]['foreach'])\n"
-        "    if step == 3: probe.publisher.control.append({'t': 'apply', 'exp': 1, 'action': 'optimizer_foreach',"
-        " 'params': {'value': True}})\n"
-        "    if step == 7: probe.publisher.control.append({'t': 'revert', 'exp': 1})\n"
+        "    if step == 3: probe.publisher.deliver([{'t': 'apply', 'exp': 1, 'action': 'optimizer_foreach',"
+        " 'params': {'value': True}}])\n"
+        "    if step == 7: probe.publisher.deliver([{'t': 'revert', 'exp': 1}])\n"
         "print(seen)\n")
     assert out.strip() == str([False] * 4 + [True] * 4 + [False] * 4)

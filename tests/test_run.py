@@ -1,4 +1,5 @@
-"""`fastmon run --headless` on real scripts: behaves like python, measures every step."""
+"""`fastmon run --headless` on real scripts: behaves like python, measures every step
+(the phases of each slow step, of a random sample of fast ones)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,17 @@ import pytest
 
 from conftest import EXAMPLES, SCRIPTS, run_dirs
 from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.probe.sampling import TIME_ALL_FIRST
 
 
 def step_rows(tmp_path):
     (run,) = run_dirs(tmp_path)
     db = sqlite3.connect(run / "run.sqlite")
     return [dict(zip(STEP_FIELDS, row)) for row in db.execute("SELECT * FROM steps ORDER BY step")]
+
+
+def timed(rows) -> list[dict]:
+    return [row for row in rows if row["timed"]]
 
 
 def test_starved_loader_is_data_wait(run_fastmon, report):
@@ -47,12 +53,43 @@ def test_phases_add_up_to_each_step(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "1", "--samples", "320")
     assert out.returncode == 0, out.stderr
     rows = step_rows(tmp_path)
-    assert len(rows) == 10
-    for row in rows:
+    assert len(rows) == 10 and [r["step"] for r in rows] == list(range(10))
+    assert len(timed(rows)) >= 3  # the discovery's, and a sample of the rest (64 ms steps)
+    for row in timed(rows):
         assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"], rel=0.02)
         assert row["samples"] == 32
         assert row["data_wait"] > 0.05  # 32 samples x 2 ms
-    assert [r["step"] for r in rows] == list(range(10))
+
+
+def test_fast_steps_are_all_recorded_and_a_random_sample_timed(run_fastmon, tmp_path, report):
+    out = run_fastmon("run", "--headless", EXAMPLES / "healthy.py", "--epochs", "2", "--samples", "32768",
+                      "--batch-size", "64")
+    assert out.returncode == 0, out.stderr
+    rows = step_rows(tmp_path)
+    assert [r["step"] for r in rows] == list(range(1024))  # every step has its row
+    sampled = timed(rows)
+    assert all(row["timed"] for row in rows[:TIME_ALL_FIRST])  # then a sample
+    assert TIME_ALL_FIRST + 5 < len(sampled) < len(rows) / 3
+    later = sampled[TIME_ALL_FIRST:]
+    assert len({b["step"] - a["step"] for a, b in zip(later, later[1:])}) > 5  # no fixed stride
+    for row in sampled:
+        assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"], rel=0.02)
+    for row in rows:
+        assert row["wall"] > 0 and row["samples"] == 64
+        if not row["timed"]:
+            assert all(row[p] is None for p in PHASES)
+    summary = report()
+    assert summary["steps"] == 1024 and summary["timed_steps"] == len(sampled)
+    assert summary["duration_s"] == pytest.approx(sum(r["wall"] for r in rows), rel=1e-3)
+    assert abs(sum(summary["phases"].values()) - 1) < 0.01
+
+
+def test_every_step_option_times_every_step(run_fastmon, tmp_path):
+    out = run_fastmon("run", "--headless", "--every-step", EXAMPLES / "healthy.py", "--epochs", "1",
+                      "--samples", "8192", "--batch-size", "64")
+    assert out.returncode == 0, out.stderr
+    rows = step_rows(tmp_path)
+    assert len(rows) == 128 and all(row["timed"] for row in rows)
 
 
 def test_manual_sgd_counts_a_step_per_backward(run_fastmon, tmp_path):
@@ -69,7 +106,7 @@ def test_lbfgs_closure_time_goes_to_forward_and_backward(run_fastmon, tmp_path):
     assert out.returncode == 0, out.stderr
     rows = step_rows(tmp_path)
     assert len(rows) == 10
-    for row in rows:
+    for row in timed(rows):
         assert row["forward"] > 0 and row["backward"] > 0
         assert row["optimizer"] > 0
         assert row["micro_batches"] >= 1
@@ -80,7 +117,8 @@ def test_gradient_accumulation_makes_one_step_of_four_batches(run_fastmon, tmp_p
     assert out.returncode == 0, out.stderr
     rows = step_rows(tmp_path)
     assert len(rows) == 16
-    assert all(r["samples"] == 64 and r["micro_batches"] == 4 for r in rows)
+    assert all(r["samples"] == 64 for r in rows)
+    assert all(r["micro_batches"] == 4 for r in timed(rows))
 
 
 def test_custom_batch_function_is_data_wait(run_fastmon, report):
@@ -97,7 +135,7 @@ def test_lightning_fit_runs_unchanged(run_fastmon, tmp_path):
     rows = step_rows(tmp_path)
     assert len(rows) == 40
     assert all(r["samples"] == 32 for r in rows)
-    assert sum(r["forward"] for r in rows) > 0 and sum(r["data_wait"] for r in rows) > 0
+    assert sum(r["forward"] for r in timed(rows)) > 0 and sum(r["data_wait"] for r in timed(rows)) > 0
 
 
 def test_script_sees_what_python_would_and_exit_code_passes(run_fastmon, report):
@@ -192,10 +230,12 @@ def test_model_copies_and_a_new_model_mid_run(run_fastmon, tmp_path):
     assert out.stdout == plain.stdout
     assert "global hooks" not in out.stderr  # torch's warning about the probe's own discovery hooks
     rows = step_rows(tmp_path)
-    assert len(rows) == 100  # 5 epochs of 20 batches
-    first_model, new_model = rows[:40], rows[40:]
+    assert len(rows) == 200  # 10 epochs of 20 batches
+    first_model, new_model = timed(rows[:40]), timed(rows[40:])
     assert all(row["forward"] > 0 for row in first_model)
-    # The new model's first step goes unseen, which starts a discovery that finds it.
-    assert sum(row["forward"] > 0 for row in new_model) >= len(new_model) - 2
-    for row in rows:
+    # The new model's first timed step without another root's forward goes unseen, which
+    # starts a discovery that finds it (its first step also holds the old model's forward
+    # on the probe input, so the miss shows at its second).
+    assert len(new_model) >= 5 and all(row["forward"] > 0 for row in new_model[2:])
+    for row in timed(rows):
         assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"], rel=0.02)

@@ -14,7 +14,7 @@ from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.probe import publisher as publisher_module
 from fastmon.probe.publisher import Publisher
 from fastmon.step_events import (COMM_TAIL, ENTER, FORWARD_EVAL, FORWARD_TRAIN, GAP_IS_DATA, LEAVE, LEAVE_AS,
-                                 LEAVE_BATCH, LEAVE_STEP_END, RESUMED, StepAssembler)
+                                 LEAVE_BATCH, LEAVE_STEP_END, RESUMED, UNTIMED_STEPS, StepAssembler)
 
 MS = 1_000_000  # ns
 DATA_WAIT, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, OTHER = range(len(PHASES))
@@ -49,6 +49,24 @@ def test_each_nanosecond_goes_to_the_innermost_open_phase():
     assert sum(second[p] for p in PHASES) == pytest.approx(second["wall"])
     assert second["samples"] == 32 and second["micro_batches"] == 1 and second["sync_calls"] == 1
     assert second["t_end"] == pytest.approx(100.026)
+
+
+def test_untimed_steps_between_timed_ones_get_their_wall_time_and_no_phases():
+    # steps 0 and 4 timed; 1..3 untimed, ending 10, 25 and 32 ms after step 0's end
+    events = one_step(0, 0) + [(UNTIMED_STEPS, 1, 3, 23 * MS, 38 * MS, 45 * MS)] + one_step(45, 4, samples=16)
+    whole = log(*events)
+    rows = as_dicts(StepAssembler(0).feed(whole, perf0=0, wall0=0.0))
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert [r["timed"] for r in rows] == [1, 0, 0, 0, 1]
+    assert [r["wall"] for r in rows[1:4]] == pytest.approx([0.010, 0.015, 0.007])
+    for row in rows[1:4]:
+        assert all(row[p] is None for p in PHASES) and row["micro_batches"] is None
+        assert row["samples"] == 32  # the last timed step's
+    assert rows[4]["wall"] == pytest.approx(0.013) and rows[4]["samples"] == 16
+    # cut anywhere, even inside the run of untimed ends, the frames give the same rows
+    for cut in range(8, len(whole), 8):
+        assembler = StepAssembler(0)
+        assert as_dicts(assembler.feed(whole[:cut], 0, 0.0) + assembler.feed(whole[cut:], 0, 0.0)) == rows
 
 
 def test_time_before_the_first_activity_belongs_to_no_step():

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from fastmon.advisor.facts import Facts
-from fastmon.advisor.window import Window
+from fastmon.advisor.window import Window, recent
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.summary import rates, straggler, window_summary
 
@@ -46,14 +46,22 @@ class Snapshot:
 
 
 def chart_buckets(rows: list) -> tuple[list[dict], int]:
+    """Mean ms per step of each phase, per bucket of steps. A bucket's time is all its
+    steps'; its split is that of its timed steps, or of the last bucket that had some."""
     rows = rows[-CHART_STEPS:]
     if not rows:
         return [], 1
     per = max(1, -(-len(rows) // CHART_BUCKETS))
     out = []
+    split = {p: 1.0 if p == "other" else 0.0 for p in PHASES}
     for start in range(0, len(rows), per):
         chunk = rows[start:start + per]
-        out.append({p: sum(r[_I[p]] for r in chunk) / len(chunk) * 1e3 for p in PHASES})
+        timed = [r for r in chunk if r[_I["timed"]]]
+        timed_wall = sum(r[_I["wall"]] for r in timed)
+        if timed_wall > 0:
+            split = {p: sum(r[_I[p]] for r in timed) / timed_wall for p in PHASES}
+        mean_ms = sum(r[_I["wall"]] for r in chunk) / len(chunk) * 1e3
+        out.append({p: mean_ms * split[p] for p in PHASES})
     return out, per
 
 
@@ -84,7 +92,7 @@ def fill_progress(snap: Snapshot, facts: dict, argv: list[str]) -> None:
 def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
     if len(rank_rows) < 2:
         return [], None
-    ranks = [{"rank": rank, **window_summary(Window.from_rows(rows[-RECENT_STEPS:]))}
+    ranks = [{"rank": rank, **window_summary(Window.from_rows(recent(rows, RECENT_STEPS)))}
              for rank, rows in sorted(rank_rows.items())]
     return ranks, straggler(ranks)
 
@@ -95,12 +103,13 @@ def build(*, title, status, exit_code, elapsed, run, rows, rank_rows, facts, arg
     snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=run["steps"],
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
                     run=run)
-    snap.recent = Window.from_rows(rows[-RECENT_STEPS:])
+    snap.recent = Window.from_rows(recent(rows, RECENT_STEPS))
     snap.buckets, snap.bucket_steps = chart_buckets(rows)
-    if rows:
-        last = rows[-1]
+    timed = [r for r in rows[-RECENT_STEPS:] if r[_I["timed"]]]
+    if timed:
+        last = timed[-1]
         snap.torch_memory = {"allocated": last[_I["mem_alloc"]], "reserved": last[_I["mem_reserved"]],
-                             "peak": max(r[_I["mem_peak"]] or 0 for r in rows[-RECENT_STEPS:])}
+                             "peak": max(r[_I["mem_peak"]] or 0 for r in timed)}
     if gpu_samples:
         snap.gpu = gpu_samples[-1]
         for sample in gpu_samples[-120:]:
@@ -188,7 +197,7 @@ class ReplaySource:
         """Run-wide figures up to the scrubber, computed once per position."""
         if self._run_cache is None or self._run_cache[0] != self.position:
             rows = self.rows[:self.position]
-            totals = {p: sum(r[_I[p]] for r in rows) for p in PHASES}
+            totals = {p: sum(r[_I[p]] or 0 for r in rows) for p in PHASES}  # untimed rows: None
             run = rates(len(rows), sum(r[_I["samples"]] for r in rows), sum(r[_I["wall"]] for r in rows), totals)
             self._run_cache = (self.position, run)
         return self._run_cache[1]
@@ -209,7 +218,7 @@ class ReplaySource:
         status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
         target = self.meta.get("target") or []
         argv = target[2:] if target[:1] == ["-m"] else target[1:]
-        rank_rows = {rank: [r for r in rs if r[_I["t_end"]] <= t][-RECENT_STEPS:] for rank, rs in self.rank_rows.items()}
+        rank_rows = {rank: [r for r in rs if r[_I["t_end"]] <= t][-CHART_STEPS:] for rank, rs in self.rank_rows.items()}
         started = self.meta.get("started") or (rows[0][_I["t_end"]] if rows else 0)
         return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
                      elapsed=max(t - started, 0.0), run=self._run_upto(), rows=rows[-CHART_STEPS:], rank_rows=rank_rows, facts=self.facts, argv=argv,

@@ -22,7 +22,7 @@ def check(window, facts):
     share = window.share("h2d")
     if window.h2d_bytes == 0 or window.pageable_fraction < MIN_PAGEABLE_FRACTION or share < MIN_H2D_SHARE:
         return None
-    mb_per_step = window.h2d_bytes / max(window.steps, 1) / 2**20
+    mb_per_step = window.h2d_bytes_per_step / 2**20
     return Advice(
         ID, "Pin host memory for host-to-device copies",
         f"h2d is {share:.0%} of step time; {window.pageable_fraction:.0%} of {mb_per_step:.1f} MiB/step "

@@ -34,7 +34,7 @@ with open(args.out, "w") as f:
             seen.extend(index.tolist())
             sizes.add(len(index))
             if step in plan:
-                probe.publisher.control.append(plan[step])
+                probe.publisher.deliver([plan[step]])
             step += 1
         f.write(" ".join(map(str, seen)) + "\n")
         print(f"epoch {epoch} sizes {sorted(sizes)} lr {optimizer.param_groups[0]['lr']:g} "

@@ -44,7 +44,7 @@ for epoch in range(3):
         optimizer.step()
         seen.extend(index.tolist())
         if step in plan:
-            probe.publisher.control.append({"t": "apply", "exp": step, "action": "loader", "params": plan[step]})
+            probe.publisher.deliver([{"t": "apply", "exp": step, "action": "loader", "params": plan[step]}])
         step += 1
     epochs.append(seen)
 with open(args.out, "w") as f:

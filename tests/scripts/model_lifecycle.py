@@ -48,5 +48,5 @@ with torch.no_grad():  # the copies are still the model of epoch 0
 
 second = make_model()
 optimizer = torch.optim.SGD(second.parameters(), lr=0.05)
-for epoch in (2, 3, 4):
+for epoch in range(2, 10):  # long enough for a sampled step to see it, and the discovery after
     print(f"epoch {epoch} loss (new model)", round(train_epoch(second, optimizer), 6))
