@@ -132,26 +132,21 @@ class Probe:
 
     # --- which steps are timed (fastmon.probe.sampling) -----------------------------
     def arm(self) -> None:
-        if self.clock.timing:
-            return
-        self.clock.timing = True
-        self.wake_after = -1
-        for part in self.toggled:
-            if part.on:
-                try:
-                    part.arm()
-                except Exception as exc:
-                    part.fail(exc)
+        if not self.clock.timing:
+            self.wake_after = -1
+            self._switch(True)
 
     def disarm(self) -> None:
-        if not self.clock.timing:
-            return
-        self.clock.timing = False
-        self.clock.start_untimed()
+        if self.clock.timing:
+            self.clock.start_untimed()
+            self._switch(False)
+
+    def _switch(self, timing: bool) -> None:
+        self.clock.timing = timing
         for part in self.toggled:
             if part.on:
                 try:
-                    part.disarm()
+                    (part.arm if timing else part.disarm)()
                 except Exception as exc:
                     part.fail(exc)
 
