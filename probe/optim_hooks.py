@@ -4,11 +4,11 @@ A step ends when ``optimizer.step()`` returns: the post hook is in for the whole
 at the end of an untimed step (``fastmon.probe.sampling``) all it does is log the time.
 The pre hook, which opens the optimizer phase, is in while steps are timed (and for good
 once one optimizer's step is seen inside another's: its depth count is needed then).
-``step`` with a closure runs forward and
-backward inside it; the clock charges those to forward/backward, the rest to optimizer.
-GradScaler skips ``optimizer.step`` on overflow, so its ``update`` also ends a step that
-had none. A process that never creates an optimizer (manual SGD; ``created == 0``) falls back:
-a step ends when the next batch, training forward or backward starts after a backward.
+``step`` with a closure runs forward and backward inside it; the clock charges those to
+forward/backward, the rest to optimizer. GradScaler skips ``optimizer.step`` on overflow,
+so its ``update`` also ends a step that had none. A process that never creates an
+optimizer (manual SGD; ``created == 0``) falls back: a step ends when the next batch,
+training forward or backward starts after a backward.
 """
 
 from __future__ import annotations
