@@ -99,6 +99,7 @@ async def test_quit_can_stop_the_training(live_session):
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.snapshot is not None and app.snapshot.steps >= 3)
         await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, QuitScreen))  # a busy machine is slow to show it
         await pilot.press("s")
         await wait_until(pilot, lambda: live_session.state.status != "running")
     assert live_session.state.exit_code == 130  # Ctrl-C: KeyboardInterrupt, as python reports it
