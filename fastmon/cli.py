@@ -116,7 +116,8 @@ def cmd_run(argv: list[str]) -> int:
     options = RunOptions(target=target, apply=apply,
                          allow=frozenset(filter(None, args.allow.split(","))) | (
                              {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
-                         torchrun=torchrun or None, every_step=args.every_step)
+                         torchrun=torchrun or None, every_step=args.every_step,
+                         sigint_ignored=signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
     if headless:
         return run_headless(options)
     from fastmon.tui.launch import run_dashboard

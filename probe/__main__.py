@@ -58,6 +58,10 @@ def main() -> None:
     from fastmon.probe.output import protect_streams
     from fastmon.probe.runtime import install
 
+    if os.environ.get("FASTMON_SIGINT") == "default" and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # The monitor ignores Ctrl-C (headless: it stays to record the end), and a child
+        # inherits that; python would have started with Ctrl-C raising KeyboardInterrupt.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     protect_streams(os.environ.get("FASTMON_RUN_DIR"))
     install(os.environ.get("FASTMON_CHANNEL"))
 

@@ -97,3 +97,18 @@ def test_probe_without_a_monitor_runs_the_script(tmp_path):
     assert out.returncode == 5
     assert "name __main__" in out.stdout
     assert out.stderr == ""
+
+
+def test_ctrl_c_reaches_the_training_when_headless(tmp_path):
+    """The headless monitor ignores Ctrl-C to record the end; the training must not inherit
+    that: Ctrl-C (SIGINT to the trainer, as a terminal sends it) stops it as it would python."""
+    monitor = subprocess.Popen(fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "1000"), cwd=tmp_path,
+                               env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a terminal's defaults
+    trainer = wait_for(lambda: next((c for c in psutil.Process(monitor.pid).children(recursive=True)
+                                     if "fastmon.probe" in " ".join(c.cmdline())), None), 60, "the trainer")
+    time.sleep(2)
+    trainer.send_signal(signal.SIGINT)
+    _, err = monitor.communicate(timeout=60)
+    assert monitor.returncode == 130
+    assert "KeyboardInterrupt" in err
