@@ -6,7 +6,6 @@ import atexit
 import math
 import os
 import sys
-import time
 from time import perf_counter_ns
 
 import torch
@@ -100,7 +99,6 @@ class Probe:
         if self.in_fork_child:
             return
         self._all_off()
-        self.clock.flush_untimed()
         self.publisher.close(final={"t": "bye", "steps": self.clock.step})
 
     def suspend(self) -> None:
@@ -109,7 +107,7 @@ class Probe:
         if self.suspended:
             return
         self.suspended = True
-        self.suspended_at = time.perf_counter_ns()
+        self.suspended_at = perf_counter_ns()
         self.clock.flush_untimed()
         for part in self.parts:
             if part.on:
@@ -127,7 +125,7 @@ class Probe:
                     part.arm()
                 elif part in self.toggled:
                     part.disarm()
-        self.schedule.skip(time.perf_counter_ns() - self.suspended_at)
+        self.schedule.skip(perf_counter_ns() - self.suspended_at)
         self.clock.resumed()
 
     # --- which steps are timed (fastmon.probe.sampling) -----------------------------
