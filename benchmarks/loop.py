@@ -5,8 +5,11 @@ With --ab-pairs N (under `fastmon run`), the timed part is N pairs of segments, 
 the probe suspended (bare torch) and one with it on, in alternating order; each pair
 prints `ab BARE_US PROBED_US`. Pairs a fraction of a second apart see the same machine
 state, which separate processes do not. A segment must hold several of the probe's
-timed steps (one in ~60 on short steps): hence 400 steps. --ab-control keeps the probe
-on in both halves: what that shows is the method's own noise."""
+timed steps (one in ~80 on short steps): hence 400 steps. --ab-control keeps the probe
+on in both halves: what that shows is the method's own noise.
+
+With --timed-every N (under the probe) exactly one step in N is timed: overhead.py's
+split of the probe's cost into its untimed path and the cost of one timed step."""
 
 import argparse
 import time
@@ -26,6 +29,8 @@ parser.add_argument("--ab-pairs", type=int, default=0)
 parser.add_argument("--ab-segment", type=int, default=400, help="steps per A/B segment")
 parser.add_argument("--ab-control", action="store_true", help="keep the probe on in both halves: the method's noise")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
+parser.add_argument("--timed-every", type=int, default=0,
+                    help="under the probe: after the first steps, time exactly one step in N (not a random sample)")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -73,6 +78,13 @@ def ab_pairs(probe, source) -> None:
 
 
 source = batches()
+if args.timed_every:
+    from fastmon.probe.runtime import current
+    from fastmon.probe.sampling import TIME_ALL_FIRST
+
+    if current() is None:
+        raise SystemExit("--timed-every needs the probe: run this under `python -m fastmon.probe`")
+    current().schedule.gap = lambda step, now_ns: 1 if step + 1 < TIME_ALL_FIRST else args.timed_every
 if args.ab_pairs:
     from fastmon.probe.runtime import current
 

@@ -11,6 +11,13 @@
    median pair ratio, blind to that occasional work, is shown beside it. The control
    runs the same alternation with the probe on in both halves: the method's own noise.
 
+3. Where the probe's cost goes, on the MLP 64 DataLoader case: interleaved runs of bare
+   python and of the probe alone (`python -m fastmon.probe`, no monitor process) with no
+   step timed after the first 50, with exactly one in 10 timed, and with its own random
+   sample. Never-timed minus bare is the untimed path's cost; (one-in-10 minus
+   never-timed) x 10 is the cost of one timed step among untimed ones, the figure that
+   ``fastmon.probe.sampling.TIMED_STEP_COST_NS`` stands for.
+
 Then the probe's RSS over 100k steps.
 
     python benchmarks/overhead.py            # writes benchmarks/results/overhead.md
@@ -38,6 +45,8 @@ CASES = {  # name -> loop.py arguments
     "MLP 420, batch 224, DataLoader": ["--width", "420", "--batch", "224", "--steps", "1500"],
 }
 EVERY_STEP_CASE = "tiny MLP 8, batch 4, no DataLoader"  # also run with --every-step: what full timing costs
+SPLIT_CASE = "MLP 64, batch 32, DataLoader"  # where the cost goes: untimed path, one timed step
+NEVER = 10**9  # --timed-every: no step timed after the first ones
 
 
 def run(cmd: list[str], cwd: str) -> str:
@@ -123,6 +132,8 @@ def main() -> None:
                      f"{median:.4f} | {c_ratio:.4f} [{c_low:.4f}, {c_high:.4f}] |")
         print(lines[-1], flush=True)
 
+    lines += split_section(args.repeats, work)
+
     every = max(args.rss_steps // 10, 1)
     out = run(watched + ["--no-loader", "--steps", str(args.rss_steps), "--warmup", "0", "--rss-every", str(every)], work)
     rss = [(int(s), int(r)) for _, s, r in (line.split() for line in out.splitlines() if line.startswith("rss"))]
@@ -134,6 +145,32 @@ def main() -> None:
     print("\n".join(lines[-3:]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+def split_section(repeats: int, work: str) -> list[str]:
+    probe = [sys.executable, "-m", "fastmon.probe", str(LOOP)] + CASES[SPLIT_CASE]
+    variants = {"bare": [sys.executable, str(LOOP)] + CASES[SPLIT_CASE], "never": probe + ["--timed-every", str(NEVER)],
+                "one_in_10": probe + ["--timed-every", "10"], "sampled": probe}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, command in variants.items():
+            times[name].append(step_us(run(command, work)))
+
+    def added(name: str, base: str = "bare") -> float:
+        return statistics.median(v - b for v, b in zip(times[name], times[base]))
+
+    rows = [("probe, no step timed after the first 50 (the untimed path)", added("never")),
+            ("probe, one step in 10 timed", added("one_in_10")),
+            ("probe, its own random sample (as shipped)", added("sampled"))]
+    lines = ["", f"Where the cost goes ({SPLIT_CASE}; `python -m fastmon.probe`, no monitor; interleaved, "
+             f"median over {repeats} rounds of the per-round difference to bare, bare "
+             f"{statistics.median(times['bare']):.1f} µs/step):", "",
+             "| run | added µs/step |", "| --- | ---: |"]
+    lines += [f"| {name} | {value:+.1f} |" for name, value in rows]
+    lines += ["", f"One timed step among untimed ones costs about {added('one_in_10', 'never') * 10:.0f} µs "
+              "((one in 10 − none) × 10)."]
+    print("\n".join(lines), flush=True)
+    return lines
 
 
 if __name__ == "__main__":

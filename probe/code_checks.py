@@ -3,8 +3,9 @@ LR schedulers and gradient clipping in use, and sampled gradient norms (spikes).
 ``torch.tensor`` and clipping wrappers are in while a step is timed: a habit of the loop
 shows in any step.
 
-Gradient norms are sampled every ``GRAD_NORM_EVERY`` steps, just before the optimizer
-step. On an accelerator the norm is copied to pinned memory without blocking and read
+Gradient norms are sampled every ``GRAD_NORM_EVERY`` steps, with the gradients final: just
+before the optimizer step in a timed step, just after it in an untimed one (``step()``
+reads ``.grad`` and leaves it as it was), so a sample never makes a step timed. On an accelerator the norm is copied to pinned memory without blocking and read
 at the next sample, once its event has completed: the probe never waits on the device.
 """
 
@@ -98,17 +99,17 @@ class CodeChecksPart(Part):
             self.probe.event("tensor_from_ndarray", location=fmt(user_frame(3)), count=self.tensor_copies)
 
     # --- gradient norms -----------------------------------------------------------------
-    def before_optimizer_step(self, optimizer) -> None:
-        """Called by the optimizer part before a step whose number is ``next_norm_step``
-        (or later), with the gradients final."""
+    def sample_grad_norm(self, optimizer) -> None:
+        """Called by the optimizer part at the step numbered ``next_norm_step`` (or later)."""
         if not self.on or self.spike_reported:
             return
         step = self.probe.clock.step
         self._collect()
         if self.pending_norm is not None:
-            return
+            return  # the last sample's copy is still in flight: the next step tries again
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if not grads:
+            self.next_norm_step = step + self.norm_every
             return
         started = perf_counter_ns()
         with torch.no_grad():
@@ -142,6 +143,7 @@ class CodeChecksPart(Part):
         median = statistics.median(history) if len(history) >= MIN_NORM_SAMPLES else None
         if not math.isfinite(norm) or (median and norm > SPIKE_FACTOR * median):
             self.spike_reported = True
+            self.next_norm_step = math.inf
             self.probe.event("grad_norm_spike", norm=norm if math.isfinite(norm) else str(norm),
                              median=median, step=step)
             return

@@ -69,7 +69,7 @@ class OptimizerPart(Part):
                     keep_end(perf_counter_ns())
                     clock.step = step + 1
                 else:
-                    probe.end_untimed_step()
+                    probe.end_untimed_step(optimizer)
             else:
                 part.post(optimizer)
 
@@ -190,7 +190,7 @@ class OptimizerPart(Part):
         checks = self.probe.checks_part
         if clock.step >= checks.next_norm_step:
             try:
-                checks.before_optimizer_step(optimizer)
+                checks.sample_grad_norm(optimizer)
             except Exception as exc:
                 checks.fail(exc)
 
@@ -207,7 +207,7 @@ class OptimizerPart(Part):
             if self.probe.clock.timing:
                 self.probe.end_step(leaving=leaving)
             else:
-                self.probe.end_untimed_step()
+                self.probe.end_untimed_step(optimizer)
         except Exception as exc:
             self.fail(exc)
 

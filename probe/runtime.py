@@ -159,9 +159,6 @@ class Probe:
     def _plan_next(self, step: int, now_ns: int, changed: bool) -> None:
         """After timed step ``step``: time the next one, or disarm until the drawn step."""
         next_timed = step + self.schedule.gap(step, now_ns)
-        norm_step = self.checks_part.next_norm_step  # a gradient-norm sample runs in a timed step
-        if step < norm_step < next_timed and self.checks_part.on:
-            next_timed = norm_step
         if next_timed > step + 1 and not (changed or self.forward_part.discovering or not self.optimizer_part.created
                                           or self.hot.waiting):
             self.next_timed_step = next_timed
@@ -174,6 +171,8 @@ class Probe:
 
     def _set_wake(self) -> None:
         self.wake_after = self.next_timed_step - 1
+        if self.checks_part.on:  # a gradient-norm sample is due: that step ends the long way
+            self.wake_after = min(self.wake_after, self.checks_part.next_norm_step)
         if self.hot.waiting or self.publisher.control:
             self.wake_after = -1
 
@@ -197,12 +196,19 @@ class Probe:
         except Exception as exc:
             self._step_fault(exc)
 
-    def end_untimed_step(self) -> None:
+    def end_untimed_step(self, optimizer=None) -> None:
         """An untimed step ends and something is due (the monitor's commands, timing from
-        the next step on), or it ends the long way (a skipped GradScaler step, nested
-        steps). The optimizer's post hook has the plain case inline."""
+        the next step on, a gradient-norm sample of ``optimizer``, the one that just
+        stepped), or it ends the long way (a skipped GradScaler step, nested steps). The
+        optimizer's post hook has the plain case inline."""
         try:
             clock = self.clock
+            checks = self.checks_part
+            if optimizer is not None and clock.step >= checks.next_norm_step:
+                try:
+                    checks.sample_grad_norm(optimizer)
+                except Exception as exc:
+                    checks.fail(exc)
             resume_timing = self._take_control() or clock.step + 1 >= self.next_timed_step
             if resume_timing:
                 self.arm()  # the step after a change is timed too: it shows what the change did
