@@ -5,8 +5,9 @@ shows in any step.
 
 Gradient norms are sampled every ``GRAD_NORM_EVERY`` steps, with the gradients final: just
 before the optimizer step in a timed step, just after it in an untimed one (``step()``
-reads ``.grad`` and leaves it as it was), so a sample never makes a step timed. On an accelerator the norm is copied to pinned memory without blocking and read
-at the next sample, once its event has completed: the probe never waits on the device.
+reads ``.grad`` and leaves it as it was), so a sample never makes a step timed. On an
+accelerator the norm is copied to pinned memory without blocking and read at the next
+sample, once its event has completed: the probe never waits on the device.
 """
 
 from __future__ import annotations

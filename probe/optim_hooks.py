@@ -36,7 +36,7 @@ class OptimizerPart(Part):
         self.created = 0
         self.depth = 0
         self.step_at_update = 0  # the step count at the last GradScaler.update
-        self.fast = False  # the post hook's short way: on, untimed, no depth to count
+        self.fast = False  # untimed steps may end the post hook's short way: on, untimed, no depth to count
         self.seen: list = []  # weak references to the optimizers that have stepped
         self.force_set_to_none = False
         self.zero_grad_reported = False
@@ -63,13 +63,10 @@ class OptimizerPart(Part):
 
         def post(optimizer, args, kwargs):
             # At every step of the run: the untimed step's end is kept to these few lines.
-            if part.fast and get_ident() == main_thread:
-                step = clock.step
-                if step < probe.wake_after:
-                    keep_end(perf_counter_ns())
-                    clock.step = step + 1
-                else:
-                    probe.end_untimed_step(optimizer)
+            step = clock.step
+            if step < clock.short_until and get_ident() == main_thread:
+                keep_end(perf_counter_ns())
+                clock.step = step + 1
             else:
                 part.post(optimizer)
 

@@ -39,7 +39,6 @@ class Probe:
         self.next_housekeeping = -1  # the step after which _housekeeping next runs
         self.schedule = TimingSchedule(every_step=os.environ.get("FASTMON_EVERY_STEP") == "1")
         self.next_timed_step = 0  # while untimed steps run: the step at which timing resumes
-        self.wake_after = -1  # an untimed step from this one on ends the long way (end_untimed_step)
         self.sent_facts: dict[str, object] = {}
         self.faults: set[str] = set()
         self.in_fork_child = False
@@ -131,7 +130,7 @@ class Probe:
     # --- which steps are timed (fastmon.probe.sampling) -----------------------------
     def arm(self) -> None:
         if not self.clock.timing:
-            self.wake_after = -1
+            self.clock.short_until = -1
             self._switch(True)
 
     def disarm(self) -> None:
@@ -167,14 +166,17 @@ class Probe:
 
     def _wake(self) -> None:
         """Commands arrived: the next untimed step's end takes them."""
-        self.wake_after = -1
+        self.clock.short_until = -1
 
     def _set_wake(self) -> None:
-        self.wake_after = self.next_timed_step - 1
-        if self.checks_part.on:  # a gradient-norm sample is due: that step ends the long way
-            self.wake_after = min(self.wake_after, self.checks_part.next_norm_step)
-        if self.hot.waiting or self.publisher.control:
-            self.wake_after = -1
+        """Untimed steps end the short way until the step before the next timed one, or the
+        step of the next gradient-norm sample, whichever comes first."""
+        short_until = self.next_timed_step - 1
+        if self.checks_part.on:
+            short_until = min(short_until, self.checks_part.next_norm_step)
+        if self.hot.waiting or self.publisher.control or not self.optimizer_part.fast:
+            short_until = -1
+        self.clock.short_until = short_until
 
     # --- what parts call ------------------------------------------------------------
     def end_step(self, leaving: bool = False) -> None:
@@ -244,6 +246,7 @@ class Probe:
         for part in self.parts:
             part.on = False
         self.optimizer_part.fast = False
+        self.clock.short_until = -1
 
     def _housekeeping(self, step: int) -> None:
         """What is not needed at every step: the end of module discovery, the retained-loss
