@@ -58,7 +58,7 @@ class OptimizerPart(Part):
 
         torch.optim.Optimizer.__init__ = __init__
         self._install_zero_grad()
-        probe, clock = self.probe, self.probe.clock
+        clock = self.probe.clock
         get_ident, main_thread, keep_end = threading.get_ident, self.main_thread, clock.ends.append
 
         def post(optimizer, args, kwargs):
