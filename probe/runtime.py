@@ -120,10 +120,8 @@ class Probe:
         for part in self.parts:
             if part.on:
                 part.install()
-                if part in self.toggled and self.clock.timing:
-                    part.arm()
-                elif part in self.toggled:
-                    part.disarm()
+                if part in self.toggled:
+                    (part.arm if self.clock.timing else part.disarm)()
         self.schedule.skip(perf_counter_ns() - self.suspended_at)
         self.clock.resumed()
 
