@@ -9,6 +9,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from gloo_exit import destroy_process_group
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
@@ -39,4 +41,4 @@ with open(f"{args.out}.{rank}", "w") as f:
             optimizer.step()
             seen.extend(index.tolist())
         f.write(" ".join(map(str, seen)) + "\n")
-dist.destroy_process_group()
+destroy_process_group()

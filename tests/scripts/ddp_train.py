@@ -11,6 +11,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from gloo_exit import destroy_process_group
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps-per-epoch", type=int, default=40)
 parser.add_argument("--epochs", type=int, default=2)
@@ -52,4 +54,4 @@ for epoch in range(args.epochs):
     loss = torch.tensor([float(step)])
     dist.all_reduce(loss)
 print(f"rank {rank} done {step} steps")
-dist.destroy_process_group()
+destroy_process_group()
