@@ -3,7 +3,8 @@ daemon thread.
 
 The training thread appends step events (``fastmon.step_events``) to an ``array('q')``,
 one atomic C call each, and the occasional fact or event dict to a bounded deque. This
-thread wakes every ``INTERVAL`` seconds, takes what accumulated into one frame (the log
+thread waits on the socket (commands from the monitor are read as they arrive) and every
+``INTERVAL`` seconds takes what accumulated into one frame (the log
 as base64 of its bytes: no per-number encoding) and sends it on a non-blocking socket. A
 log grown past ``MAX_LOG_INTS`` (the monitor gone quiet), a full socket or a vanished
 monitor drop records: dropped messages are counted here, a dropped stretch of the log
@@ -16,6 +17,7 @@ from __future__ import annotations
 import base64
 import collections
 import os
+import select
 import socket
 import threading
 import time
@@ -23,7 +25,7 @@ from array import array
 
 from fastmon import wire
 
-INTERVAL = 0.1
+INTERVAL = 0.25  # s; with the monitor's 0.5 s commits a killed trainer loses under a second
 MAX_QUEUED = 50_000  # messages
 MAX_LOG_INTS = 1_000_000  # 8 MB of step events, some 50,000 steps
 
@@ -166,12 +168,25 @@ class Publisher:
             self.deliver(commands)
 
     def _run(self) -> None:
-        while not self._stop.wait(INTERVAL):
+        # The wait is on the socket itself: a command is read as soon as it arrives, and a
+        # round makes no other system call unless there is something to send. Every call
+        # that releases the GIL hands it back and forth with the training thread, which
+        # then waits for this one (measured: ~4 µs a step on 3 ms CPU steps at 10 rounds/s).
+        next_flush = time.monotonic() + INTERVAL
+        while not self._stop.is_set():
             try:
-                self._receive()
+                left = next_flush - time.monotonic()
+                if left > 0:
+                    if self._sock is None:
+                        self._stop.wait(left)
+                    elif select.select((self._sock,), (), (), left)[0]:
+                        self._receive()
+                    continue
+                next_flush = time.monotonic() + INTERVAL
                 self.flush()
             except Exception:  # the publisher must never die loudly inside training
                 self.dropped += 1
+                self._stop.wait(INTERVAL)
 
     def close(self, final: dict | None = None, timeout: float = 2.0) -> None:
         """Flush everything, best effort within ``timeout``; used at interpreter exit."""

@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from conftest import SCRIPTS, clean_env, fastmon_cmd, run_dirs
+from fastmon.probe.publisher import INTERVAL as PUBLISHER_INTERVAL
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -66,8 +67,8 @@ def test_killing_the_trainer_leaves_a_readable_record(tmp_path):
     assert monitor.returncode == 128 + signal.SIGKILL
     printed = [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("step ")]
     steps = recorded_steps(tmp_path)
-    # every step up to the last publisher batch (100 ms, i.e. ~10 steps of ~10 ms) is there
-    assert steps >= printed[-1] + 1 - 15
+    # every step up to the last publisher batch (INTERVAL s of ~10 ms steps) is there
+    assert steps >= printed[-1] + 1 - (PUBLISHER_INTERVAL / 0.010 + 5)
     out = subprocess.run(fastmon_cmd("report", "--json"), cwd=tmp_path, capture_output=True, text=True,
                          env=clean_env(), timeout=60)
     assert out.returncode == 0
