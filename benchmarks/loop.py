@@ -5,7 +5,7 @@ With --ab-pairs N (under `fastmon run`), the timed part is N pairs of segments, 
 the probe suspended (bare torch) and one with it on, in alternating order; each pair
 prints `ab BARE_US PROBED_US`. Pairs a fraction of a second apart see the same machine
 state, which separate processes do not. A segment must hold several of the probe's
-timed steps (one in ~80 on short steps): hence 400 steps. --ab-control keeps the probe
+timed steps (one in ~100 on short steps): hence 400 steps. --ab-control keeps the probe
 on in both halves: what that shows is the method's own noise.
 
 With --timed-every N (under the probe) exactly one step in N is timed: overhead.py's

@@ -100,8 +100,17 @@ class CodeChecksPart(Part):
             self.probe.event("tensor_from_ndarray", location=fmt(user_frame(3)), count=self.tensor_copies)
 
     # --- gradient norms -----------------------------------------------------------------
-    def sample_grad_norm(self, optimizer) -> None:
-        """Called by the optimizer part at the step numbered ``next_norm_step`` (or later)."""
+    def grad_norm_if_due(self, optimizer) -> None:
+        """A sample of ``optimizer``'s gradients at the step numbered ``next_norm_step`` (or
+        later): from a timed step's optimizer pre hook or an untimed step's end."""
+        if self.probe.clock.step < self.next_norm_step:
+            return
+        try:
+            self._sample_grad_norm(optimizer)
+        except Exception as exc:
+            self.fail(exc)
+
+    def _sample_grad_norm(self, optimizer) -> None:
         if not self.on or self.spike_reported:
             return
         step = self.probe.clock.step

@@ -184,12 +184,7 @@ class OptimizerPart(Part):
             self.probe.fact(f"optimizer.{type(optimizer).__name__}", facts.describe_optimizer(optimizer))
         clock = self.probe.clock
         clock.put((ENTER + OPTIMIZER, perf_counter_ns()))
-        checks = self.probe.checks_part
-        if clock.step >= checks.next_norm_step:
-            try:
-                checks.sample_grad_norm(optimizer)
-            except Exception as exc:
-                checks.fail(exc)
+        self.probe.checks_part.grad_norm_if_due(optimizer)
 
     def post(self, optimizer) -> None:
         """The step's end, the long way: a timed step, or nested steps to count."""

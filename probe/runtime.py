@@ -203,12 +203,8 @@ class Probe:
         optimizer's post hook has the plain case inline."""
         try:
             clock = self.clock
-            checks = self.checks_part
-            if optimizer is not None and clock.step >= checks.next_norm_step:
-                try:
-                    checks.sample_grad_norm(optimizer)
-                except Exception as exc:
-                    checks.fail(exc)
+            if optimizer is not None:
+                self.checks_part.grad_norm_if_due(optimizer)
             resume_timing = self._take_control() or clock.step + 1 >= self.next_timed_step
             if resume_timing:
                 self.arm()  # the step after a change is timed too: it shows what the change did
