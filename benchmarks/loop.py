@@ -4,9 +4,14 @@ step time of the timed part (after warm-up) and, with --rss-every, the process R
 With --ab-pairs N (under `fastmon run`), the timed part is N pairs of segments, one with
 the probe suspended (bare torch) and one with it on, in alternating order; each pair
 prints `ab BARE_US PROBED_US`. Pairs a fraction of a second apart see the same machine
-state, which separate processes do not. A segment must hold several of the probe's
-timed steps (one in ~100 on short steps): hence 400 steps. --ab-control keeps the probe
-on in both halves: what that shows is the method's own noise.
+state, which separate processes do not. After each switch --ab-warm steps run before the
+segment's clock starts: suspending and resuming re-patch classes, and the interpreter's
+caches take a few steps to settle, a cost no real run pays. --ab-control keeps the probe
+on in both halves: what that shows is the method's own noise. At the end it prints
+`publisher_us_per_step`: the publisher thread's CPU time over all the A/B's steps. That
+thread ships whatever the probe logged whenever its round comes, in either half, so the
+pair differences cannot see it; its CPU time (GIL held, mostly) bounds what it takes
+from the training thread.
 
 With --timed-every N (under the probe) exactly one step in N is timed: overhead.py's
 split of the probe's cost into its untimed path and the cost of one timed step."""
@@ -27,6 +32,8 @@ parser.add_argument("--warmup", type=int, default=200)
 parser.add_argument("--rss-every", type=int, default=0)
 parser.add_argument("--ab-pairs", type=int, default=0)
 parser.add_argument("--ab-segment", type=int, default=400, help="steps per A/B segment")
+parser.add_argument("--ab-warm", type=int, default=0,
+                    help="steps run after each switch before the segment's clock starts: the switch's own transient")
 parser.add_argument("--ab-control", action="store_true", help="keep the probe on in both halves: the method's noise")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
 parser.add_argument("--timed-every", type=int, default=0,
@@ -65,15 +72,20 @@ def train(source, steps: int) -> None:
 
 def ab_pairs(probe, source) -> None:
     train(source, args.warmup)
+    publisher_clock = time.pthread_getcpuclockid(probe.publisher._thread.ident)
+    publisher_cpu = time.clock_gettime_ns(publisher_clock)
     for pair in range(args.ab_pairs):
         times = {}
         for probed in ((False, True) if pair % 2 else (True, False)):
             if not args.ab_control:
                 (probe.resume if probed else probe.suspend)()
+            train(source, args.ab_warm)
             started = time.perf_counter()
             train(source, args.ab_segment)
             times[probed] = (time.perf_counter() - started) / args.ab_segment * 1e6
         print(f"ab {times[False]:.3f} {times[True]:.3f}", flush=True)
+    steps = args.ab_pairs * 2 * (args.ab_warm + args.ab_segment)
+    print(f"publisher_us_per_step {(time.clock_gettime_ns(publisher_clock) - publisher_cpu) / steps / 1e3:.3f}")
     probe.resume()
 
 

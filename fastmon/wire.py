@@ -10,10 +10,13 @@ import struct
 
 _HEADER = struct.Struct("!I")
 MAX_FRAME = 64 * 1024 * 1024
+# Built once: json.dumps with options builds an encoder at every call, and the probe's
+# publisher encodes inside someone else's training.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 def encode(message: dict) -> bytes:
-    body = json.dumps(message, separators=(",", ":"), default=str).encode()
+    body = _ENCODER.encode(message).encode()
     return _HEADER.pack(len(body)) + body
 
 

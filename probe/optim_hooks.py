@@ -59,12 +59,12 @@ class OptimizerPart(Part):
         torch.optim.Optimizer.__init__ = __init__
         self._install_zero_grad()
         clock = self.probe.clock
-        get_ident, main_thread, keep_end = threading.get_ident, self.main_thread, clock.ends.append
+        keep_end = clock.ends.append
 
         def post(optimizer, args, kwargs):
             # At every step of the run: the untimed step's end is kept to these few lines.
             step = clock.step
-            if step < clock.short_until and get_ident() == main_thread:
+            if step < clock.short_until and optimizer is clock.short_optimizer:
                 keep_end(perf_counter_ns())
                 clock.step = step + 1
             else:
@@ -197,7 +197,7 @@ class OptimizerPart(Part):
                 if self.depth:
                     return
             if self.probe.clock.timing:
-                self.probe.end_step(leaving=leaving)
+                self.probe.end_step(leaving=leaving, optimizer=optimizer)
             else:
                 self.probe.end_untimed_step(optimizer)
         except Exception as exc:

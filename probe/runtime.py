@@ -129,6 +129,7 @@ class Probe:
     def arm(self) -> None:
         if not self.clock.timing:
             self.clock.short_until = -1
+            self.clock.short_optimizer = None
             self._switch(True)
 
     def disarm(self) -> None:
@@ -153,32 +154,35 @@ class Probe:
         except Exception as exc:
             self._step_fault(exc)
 
-    def _plan_next(self, step: int, now_ns: int, changed: bool) -> None:
-        """After timed step ``step``: time the next one, or disarm until the drawn step."""
+    def _plan_next(self, step: int, now_ns: int, changed: bool, optimizer) -> None:
+        """After timed step ``step`` (ended by ``optimizer``'s step, or None): time the next
+        one, or disarm until the drawn step."""
         next_timed = step + self.schedule.gap(step, now_ns)
         if next_timed > step + 1 and not (changed or self.forward_part.discovering or not self.optimizer_part.created
                                           or self.hot.waiting):
             self.next_timed_step = next_timed
             self.disarm()
-            self._set_wake()
+            self._set_wake(optimizer)
 
     def _wake(self) -> None:
         """Commands arrived: the next untimed step's end takes them."""
         self.clock.short_until = -1
 
-    def _set_wake(self) -> None:
-        """Untimed steps end the short way until the step before the next timed one, or the
-        step of the next gradient-norm sample, whichever comes first."""
+    def _set_wake(self, optimizer) -> None:
+        """Untimed steps of ``optimizer`` end the short way until the step before the next
+        timed one, or the step of the next gradient-norm sample, whichever comes first."""
         short_until = self.next_timed_step - 1
         if self.checks_part.on:
             short_until = min(short_until, self.checks_part.next_norm_step)
-        if self.hot.waiting or self.publisher.control or not self.optimizer_part.fast:
-            short_until = -1
+        if self.hot.waiting or self.publisher.control or not self.optimizer_part.fast or optimizer is None:
+            short_until, optimizer = -1, None
         self.clock.short_until = short_until
+        self.clock.short_optimizer = optimizer
 
     # --- what parts call ------------------------------------------------------------
-    def end_step(self, leaving: bool = False) -> None:
-        """A timed step ends; ``leaving``: from inside the optimizer phase, which closes with it."""
+    def end_step(self, leaving: bool = False, optimizer=None) -> None:
+        """A timed step ends; ``leaving``: from inside the optimizer phase, which closes with
+        it; ``optimizer``: the one whose step ended it."""
         try:
             clock = self.clock
             if not clock.forwards and clock.backwards_since_step and self.forward_part.forward_missed(clock.step):
@@ -192,7 +196,7 @@ class Probe:
             if self.events is not None:
                 for row in self.events.end_step(self.clock.step - 1):
                     self.message(dict(row, t="device", rank=self.rank))
-            self._plan_next(clock.step - 1, now, self._take_control())
+            self._plan_next(clock.step - 1, now, self._take_control(), optimizer)
         except Exception as exc:
             self._step_fault(exc)
 
@@ -213,7 +217,7 @@ class Probe:
             if resume_timing:
                 clock.flush_untimed()
             else:
-                self._set_wake()
+                self._set_wake(optimizer)
         except Exception as exc:
             self._step_fault(exc)
 
@@ -241,6 +245,7 @@ class Probe:
             part.on = False
         self.optimizer_part.fast = False
         self.clock.short_until = -1
+        self.clock.short_optimizer = None
 
     def _housekeeping(self, step: int) -> None:
         """What is not needed at every step: the end of module discovery, the retained-loss

@@ -243,3 +243,27 @@ def test_model_copies_and_a_new_model_mid_run(run_fastmon, tmp_path):
     assert len(new_model) >= 5 and all(row["forward"] > 0 for row in new_model[2:])
     for row in timed(rows):
         assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"], rel=0.02)
+
+
+def test_another_threads_optimizer_steps_are_not_the_runs(run_fastmon, tmp_path, report):
+    out = run_fastmon("run", "--headless", SCRIPTS / "background_optimizer.py")
+    assert out.returncode == 0, out.stderr
+    side_steps = int(out.stdout.split()[-1])
+    assert side_steps > 100  # the other thread stepped throughout
+    rows = step_rows(tmp_path)
+    assert [r["step"] for r in rows] == list(range(3000))
+    assert len(timed(rows)) < 1000  # most steps untimed: the short way was taken
+    assert report()["steps"] == 3000
+
+
+def test_a_call_replaced_mid_run_is_used_and_timed(run_fastmon, tmp_path):
+    out = run_fastmon("run", "--headless", SCRIPTS / "compile_mid_run.py")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "calls through the new call 600"
+    plain = subprocess.run([sys.executable, SCRIPTS / "compile_mid_run.py"], capture_output=True, text=True,
+                           timeout=120, check=True)
+    assert out.stdout == plain.stdout
+    rows = step_rows(tmp_path)
+    assert len(rows) == 1000
+    after = timed(rows[450:])  # the settings poll re-wraps a replaced call at a timed step's end
+    assert len(after) >= 3 and all(row["forward"] > 0 for row in after)
