@@ -1,27 +1,27 @@
-"""Probe overhead, measured two ways on the same CPU training loop (loop.py):
+"""Probe overhead on the same CPU training loop (loop.py), three ways:
 
 1. Interleaved runs: `python loop.py` and `fastmon run --headless loop.py`, alternately,
    median ratio of their mean step times. What a user sees, monitor included; but two
    processes seconds apart see different machine states (a few % on a shared VM). The
    first case runs with `fastmon run --every-step` too: the cost of timing every step.
-2. In-process A/B: one `fastmon run` whose loop alternates short segments with the probe
-   suspended (bare torch, every patch and hook out) and on, a few unclocked steps after
-   each switch (its re-patching is a transient no real run has). Per pair, probed minus
+2. In-process A/B: one `fastmon run` whose loop runs pairs of short segments, one with the
+   probe suspended (bare torch, every patch and hook out) and one with it on, in random
+   order, a few unclocked steps after each switch (its re-patching is a transient no real
+   run has). Per pair, probed minus
    bare µs/step; the estimate is their mean after dropping pairs more than 10 median
    absolute deviations from the median (a garbage collection or a stalled vCPU puts
    ±4 ms on a 20-step segment of 3 ms steps, both ways), with a bootstrap 95% interval.
    It keeps what is rare but the probe's: a segment holding a timed step is +10 µs/step
    at most. The median is shown too: it leaves those out. The control runs the same
-   alternation with the probe on in both halves: the method's own noise. The publisher
+   pairs with the probe on in both halves: the method's own noise. The publisher
    thread ships the log whenever its round comes, in either half, so the pairs cannot see
    it: its CPU time per step is added (an upper bound on what it takes from training).
 
-3. Where the probe's cost goes, on the MLP 64 DataLoader case: interleaved runs of bare
-   python and of the probe alone (`python -m fastmon.probe`, no monitor process) with no
-   step timed after the first 50, with exactly one in 10 timed, and with its own random
-   sample. Never-timed minus bare is the untimed path's cost; (one-in-10 minus
-   never-timed) x 10 is the cost of one timed step among untimed ones, the figure that
-   ``fastmon.probe.sampling.TIMED_STEP_COST_NS`` stands for.
+3. What one timed step costs, from a run's own step records (`fastmon run --headless
+   loop.py`, many steps): the median wall time of the timed steps, of the untimed step
+   before each (it arms the timing hooks), of the one after (it disarms them, and runs
+   cold), against the median of the untimed steps far from any timed one. Their sum is
+   what ``fastmon.probe.sampling.TIMED_STEP_COST_NS`` stands for.
 
 Then the probe's RSS over 100k steps.
 
@@ -36,11 +36,14 @@ import datetime
 import os
 import platform
 import random
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from fastmon.probe.sampling import TIME_ALL_FIRST
 
 HERE = Path(__file__).resolve().parent
 LOOP = HERE / "loop.py"
@@ -50,8 +53,7 @@ CASES = {  # name -> loop.py arguments
     "MLP 420, batch 224, DataLoader": ["--width", "420", "--batch", "224", "--steps", "1500"],
 }
 EVERY_STEP_CASE = "tiny MLP 8, batch 4, no DataLoader"  # also run with --every-step: what full timing costs
-SPLIT_CASE = "MLP 64, batch 32, DataLoader"  # where the cost goes: untimed path, one timed step
-NEVER = 10**9  # --timed-every: no step timed after the first ones
+TIMED_STEP_RUN_STEPS = {name: 30_000 if "420" not in name else 6_000 for name in CASES}  # ~100 timed steps or more
 
 
 def run(cmd: list[str], cwd: str) -> str:
@@ -108,6 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.pairs, args.rss_steps = 2, 40, 5_000
+        TIMED_STEP_RUN_STEPS.update((name, 1_000) for name in CASES)
     work = tempfile.mkdtemp(prefix="fastmon-bench-")
     bare = [sys.executable, str(LOOP)]
     watched = [sys.executable, "-m", "fastmon", "run", "--headless", str(LOOP)]
@@ -133,10 +136,11 @@ def main() -> None:
         print(lines[-1], flush=True)
 
     lines += ["", f"In-process A/B under `fastmon run --headless`: {args.pairs} pairs of {args.segment}-step segments "
-              f"({args.warm} unclocked steps after each switch), probe suspended (every patch and hook out) vs on, "
-              "alternating order. Pair difference = probed minus bare µs/step. Mean = their mean without the pairs "
+              f"({args.warm} to {2 * args.warm} unclocked steps after each switch), probe suspended (every patch "
+              "and hook out) vs on, "
+              "in random order. Pair difference = probed minus bare µs/step. Mean = their mean without the pairs "
               f"more than {OUTLIER_MADS} median absolute deviations from the median [bootstrap 95%]; median = their "
-              "median (blind to the rare timed step). Control: the same alternation with the probe on in both "
+              "median (blind to the rare timed step). Control: the same pairs with the probe on in both "
               "halves. Publisher = its thread's CPU time per step, which the pairs cannot see. Added = mean + "
               "publisher; ratio = (bare + added) / bare.", "",
               "| case | bare µs/step | mean difference [95%] (pairs dropped) | median difference | "
@@ -157,7 +161,7 @@ def main() -> None:
                      f"{publisher:.1f} | {added:+.1f} | {(bare_us + added) / bare_us:.4f} |")
         print(lines[-1], flush=True)
 
-    lines += split_section(args.repeats, work)
+    lines += timed_step_section(work)
 
     every = max(args.rss_steps // 10, 1)
     out = run(watched + ["--no-loader", "--steps", str(args.rss_steps), "--warmup", "0", "--rss-every", str(every)], work)
@@ -172,29 +176,33 @@ def main() -> None:
     Path(args.out).write_text("\n".join(lines) + "\n")
 
 
-def split_section(repeats: int, work: str) -> list[str]:
-    probe = [sys.executable, "-m", "fastmon.probe", str(LOOP)] + CASES[SPLIT_CASE]
-    variants = {"bare": [sys.executable, str(LOOP)] + CASES[SPLIT_CASE], "never": probe + ["--timed-every", str(NEVER)],
-                "one_in_10": probe + ["--timed-every", "10"], "sampled": probe}
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(repeats):
-        for name, command in variants.items():
-            times[name].append(step_us(run(command, work)))
-
-    def added(name: str, base: str = "bare") -> float:
-        return statistics.median(v - b for v, b in zip(times[name], times[base]))
-
-    rows = [("probe, no step timed after the first 50 (the untimed path)", added("never")),
-            ("probe, one step in 10 timed", added("one_in_10")),
-            ("probe, its own random sample (as shipped)", added("sampled"))]
-    lines = ["", f"Where the cost goes ({SPLIT_CASE}; `python -m fastmon.probe`, no monitor; interleaved, "
-             f"median over {repeats} rounds of the per-round difference to bare, bare "
-             f"{statistics.median(times['bare']):.1f} µs/step):", "",
-             "| run | added µs/step |", "| --- | ---: |"]
-    lines += [f"| {name} | {value:+.1f} |" for name, value in rows]
-    lines += ["", f"One timed step among untimed ones costs about {added('one_in_10', 'never') * 10:.0f} µs "
-              "((one in 10 − none) × 10)."]
-    print("\n".join(lines), flush=True)
+def timed_step_section(work: str) -> list[str]:
+    lines = ["", "What one timed step costs (`fastmon run --headless loop.py`, one run per case; median wall time "
+             "of each kind of step minus that of the untimed steps at least 4 steps from a timed one):", "",
+             "| case | timed steps | untimed µs | timed step | step before (arms) | step after (disarms) | "
+             "one timed step, in all | at the run's sample, µs a step |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, case in CASES.items():
+        folder = tempfile.mkdtemp(dir=work)
+        steps = ["--steps", str(TIMED_STEP_RUN_STEPS[name])]
+        run([sys.executable, "-m", "fastmon", "run", "--headless", str(LOOP)] + case + steps, folder)
+        (record,) = Path(folder).glob("fastmon-runs/*/run.sqlite")
+        rows = sqlite3.connect(record).execute("SELECT step, wall, timed FROM steps WHERE rank = 0").fetchall()
+        rows = [row for row in rows if row[0] >= TIME_ALL_FIRST + 50]  # past the start's all-timed steps
+        timed = {step for step, _, was_timed in rows if was_timed}
+        walls: dict[str, list[float]] = {"timed": [], "before": [], "after": [], "far": []}
+        for step, wall, _ in rows:
+            kind = ("timed" if step in timed else "before" if step + 1 in timed else "after" if step - 1 in timed
+                    else "far" if all(step + k not in timed for k in range(-4, 5)) else None)
+            if kind:
+                walls[kind].append(wall * 1e6)
+        far = statistics.median(walls["far"])
+        extra = {kind: statistics.median(walls[kind]) - far for kind in ("timed", "before", "after")}
+        episode = sum(extra.values())
+        share = len(timed) / len(rows)
+        lines.append(f"| {name} | {len(timed)} of {len(rows)} | {far:.1f} | {extra['timed']:+.1f} | "
+                     f"{extra['before']:+.1f} | {extra['after']:+.1f} | {episode:+.0f} | {episode * share:+.1f} |")
+        print(lines[-1], flush=True)
     return lines
 
 
