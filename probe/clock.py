@@ -20,7 +20,7 @@ from fastmon.step_events import (ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP
 
 class StepClock:
     __slots__ = ("put", "step", "loader_batches", "forwards", "backwards_since_step", "_memory", "timing", "ends",
-                 "short_until", "short_optimizer", "_ends_first", "_ends_lock")
+                 "short_until", "short_ref", "_ends_first", "_ends_lock")
 
     def __init__(self, put, memory=None) -> None:
         self.put = put  # appends one event, atomically: array('q').extend
@@ -39,12 +39,14 @@ class StepClock:
         # hook touches anyway: each further object a per-step hook reads is a likely cache
         # miss after torch's work (the hook costs ~4-5 µs a step here, a no-op hook ~1 µs).
         self.short_until = -1
-        # ... and only for this optimizer's steps: the one whose step ended the last step in
-        # the training thread. An identity test instead of a thread test (a call to
-        # get_ident, ~1 µs a step measured): another thread's optimizer, or a second one in a
-        # GAN's loop, takes the long way, which checks the thread. Held only while untimed
-        # steps run, and replaced at the first step of another optimizer.
-        self.short_optimizer = None
+        # ... and only for the steps of the optimizer whose step ended the last step in the
+        # training thread: its weak reference, which ``optimizer.__weakref__`` is (CPython
+        # keeps the plain reference first). An identity test instead of a thread test (a
+        # call to get_ident, ~1 µs a step measured); another thread's optimizer, or a second
+        # one in a GAN's loop, takes the long way, which checks the thread. Weak: a strong
+        # one would keep a deleted optimizer's state (on the GPU, for Adam twice the model)
+        # alive into the next model of a sweep.
+        self.short_ref = None
         self._ends_first = 0  # the step number of ends[0]
         self._ends_lock = threading.Lock()  # the training thread and the publisher both flush
 

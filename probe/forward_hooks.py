@@ -73,9 +73,10 @@ class ForwardPart(Part):
         self.root_has_params: dict[int, bool] = {}
         self.handles: list = []
         self.hooked: set[int] = set()  # roots timed by instance hooks instead
-        # The roots timed through their call slot, each with its wrapper: what arm and disarm
-        # visit (a list, not the WeakValueDictionary: its iteration alone is several µs cold).
-        self.timed_slots: list[tuple[weakref.ref, object]] = []
+        # The roots timed through their call slot: what arm and disarm visit (a list, not the
+        # WeakValueDictionary: its iteration alone is several µs cold). Weak references only:
+        # a wrapper holds its module, so only the module's own slot may hold the wrapper.
+        self.timed_slots: list[weakref.ref] = []
         self.discovering = True
         self.discovery_ends = DISCOVERY_STEPS
         self.rediscover_at = 0
@@ -108,26 +109,21 @@ class ForwardPart(Part):
     def arm(self) -> None:
         if self.discovering:
             return
-        for ref, timed_call in self.timed_slots:
+        for ref in self.timed_slots:
             module = ref()
-            if module is None:
-                continue
-            slot = module.__dict__.get("_compiled_call_impl")
-            if slot is timed_call:
-                continue
-            disarmed = slot is timed_call.previous if timed_call.previous is not None else self._is_plain(slot, module)
-            if disarmed:
-                module.__dict__["_compiled_call_impl"] = timed_call
-            else:  # replaced while steps were untimed (a ``Module.compile()``): time around the new call
+            if module is not None:
                 self._wrap_call(module)
 
     def disarm(self) -> None:
         # The slot keeps its key, with the plain call in it: a key that comes and goes in the
         # module's __dict__ would cost more than the wrapper it saves.
-        for ref, timed_call in self.timed_slots:
+        for ref in self.timed_slots:
             module = ref()
-            if module is not None and module.__dict__.get("_compiled_call_impl") is timed_call:
-                module.__dict__["_compiled_call_impl"] = timed_call.previous or module._call_impl
+            if module is None:
+                continue
+            slot = module.__dict__.get("_compiled_call_impl")
+            if self._is_ours(slot):
+                module.__dict__["_compiled_call_impl"] = slot.previous or module._call_impl
 
     def _install_train(self) -> None:
         """``model.eval()`` in an untimed step starts timing: a validation pass is seen in its step."""
@@ -174,9 +170,9 @@ class ForwardPart(Part):
         ]
 
     def _time_roots(self) -> None:
-        self.timed_slots = []
         roots = list(self.roots.values())
         self.hooked = {id(m) for root in roots if isinstance(root, torch.nn.DataParallel) for m in root.modules()}
+        self.timed_slots = [weakref.ref(module) for module in roots if id(module) not in self.hooked]
         for module in roots:
             if id(module) in self.hooked:
                 self.handles.append(module.register_forward_pre_hook(self._pre))
@@ -223,10 +219,6 @@ class ForwardPart(Part):
 
         timed_call.fastmon_part, timed_call.previous = self, previous
         module.__dict__["_compiled_call_impl"] = timed_call
-        # Reassigned, not changed in place: ``arm`` may be iterating the old list.
-        self.timed_slots = [(ref, call) for ref, call in self.timed_slots
-                            if (other := ref()) is not None and other is not module]
-        self.timed_slots.append((weakref.ref(module), timed_call))
 
     @staticmethod
     def _is_plain(slot, module) -> bool:

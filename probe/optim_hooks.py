@@ -64,7 +64,7 @@ class OptimizerPart(Part):
         def post(optimizer, args, kwargs):
             # At every step of the run: the untimed step's end is kept to these few lines.
             step = clock.step
-            if step < clock.short_until and optimizer is clock.short_optimizer:
+            if step < clock.short_until and optimizer.__weakref__ is clock.short_ref:
                 keep_end(perf_counter_ns())
                 clock.step = step + 1
             else:

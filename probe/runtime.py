@@ -6,6 +6,7 @@ import atexit
 import math
 import os
 import sys
+import weakref
 from time import perf_counter_ns
 
 import torch
@@ -129,7 +130,7 @@ class Probe:
     def arm(self) -> None:
         if not self.clock.timing:
             self.clock.short_until = -1
-            self.clock.short_optimizer = None
+            self.clock.short_ref = None
             self._switch(True)
 
     def disarm(self) -> None:
@@ -175,9 +176,10 @@ class Probe:
         if self.checks_part.on:
             short_until = min(short_until, self.checks_part.next_norm_step)
         if self.hot.waiting or self.publisher.control or not self.optimizer_part.fast or optimizer is None:
-            short_until, optimizer = -1, None
+            self.clock.short_until, self.clock.short_ref = -1, None
+            return
+        self.clock.short_ref = weakref.ref(optimizer)
         self.clock.short_until = short_until
-        self.clock.short_optimizer = optimizer
 
     # --- what parts call ------------------------------------------------------------
     def end_step(self, leaving: bool = False, optimizer=None) -> None:
@@ -245,7 +247,7 @@ class Probe:
             part.on = False
         self.optimizer_part.fast = False
         self.clock.short_until = -1
-        self.clock.short_optimizer = None
+        self.clock.short_ref = None
 
     def _housekeeping(self, step: int) -> None:
         """What is not needed at every step: the end of module discovery, the retained-loss

@@ -267,3 +267,9 @@ def test_a_call_replaced_mid_run_is_used_and_timed(run_fastmon, tmp_path):
     assert len(rows) == 1000
     after = timed(rows[450:])  # the settings poll re-wraps a replaced call at a timed step's end
     assert len(after) >= 3 and all(row["forward"] > 0 for row in after)
+
+
+def test_a_deleted_optimizer_and_model_are_freed(run_fastmon):
+    out = run_fastmon("run", "--headless", SCRIPTS / "optimizer_freed.py")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [f"trial {trial}: optimizer freed True, model freed True" for trial in (0, 1)]
