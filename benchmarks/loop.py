@@ -7,11 +7,11 @@ the probe suspended (bare torch) and one with it on, in random order; each pair 
 which separate processes do not. After each switch, --ab-warm to twice that many steps
 run before the segment's clock starts: suspending and resuming re-patch classes, and the
 interpreter's caches take a few steps to settle, a cost no real run pays. --ab-control
-keeps the probe on in both halves: what that shows is the method's own noise. At the end it prints
-`publisher_us_per_step`: the publisher thread's CPU time over all the A/B's steps. That
-thread ships whatever the probe logged whenever its round comes, in either half, so the
-pair differences cannot see it; its CPU time (GIL held, mostly) bounds what it takes
-from the training thread.
+keeps the probe on in both halves: what that shows is the method's own noise. At the end
+it prints `publisher_us_per_step`: the publisher thread's CPU time over all the A/B's
+steps. That thread ships whatever the probe logged whenever its round comes, in either
+half, so the pair differences cannot see it; its CPU time (GIL held, mostly) bounds what
+it takes from the training thread.
 """
 
 import argparse
@@ -30,8 +30,8 @@ parser.add_argument("--steps", type=int, default=2000)
 parser.add_argument("--warmup", type=int, default=200)
 parser.add_argument("--rss-every", type=int, default=0)
 parser.add_argument("--ab-pairs", type=int, default=0)
-parser.add_argument("--ab-segment", type=int, default=400, help="steps per A/B segment")
-parser.add_argument("--ab-warm", type=int, default=0,
+parser.add_argument("--ab-segment", type=int, default=20, help="clocked steps per A/B segment")
+parser.add_argument("--ab-warm", type=int, default=5,
                     help="steps run after each switch before the segment's clock starts: the switch's own transient")
 parser.add_argument("--ab-control", action="store_true", help="keep the probe on in both halves: the method's noise")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
@@ -75,7 +75,7 @@ def ab_pairs(probe, source) -> None:
     # collection, a DataLoader epoch, the publisher's round) must not fall in one half more
     # than the other. A strict alternation let it: the control was off by 30 µs on 3.5 ms steps.
     order, warmed = random.Random(0), 0
-    for pair in range(args.ab_pairs):
+    for _ in range(args.ab_pairs):
         times = {}
         for probed in ((False, True) if order.random() < 0.5 else (True, False)):
             if not args.ab_control:
