@@ -75,16 +75,14 @@ def pairs(stdout: str) -> list[tuple[float, float]]:
 OUTLIER_MADS = 10  # pairs further than this many median absolute deviations from the median are dropped
 
 
+def inliers(differences: list[float]) -> list[float]:
+    median = statistics.median(differences)
+    spread = statistics.median(abs(d - median) for d in differences)
+    return [d for d in differences if abs(d - median) <= OUTLIER_MADS * spread]
+
+
 def robust_mean(differences: list[float]) -> float:
-    median = statistics.median(differences)
-    spread = statistics.median(abs(d - median) for d in differences)
-    return statistics.mean(d for d in differences if abs(d - median) <= OUTLIER_MADS * spread)
-
-
-def outliers(differences: list[float]) -> int:
-    median = statistics.median(differences)
-    spread = statistics.median(abs(d - median) for d in differences)
-    return sum(abs(d - median) > OUTLIER_MADS * spread for d in differences)
+    return statistics.mean(inliers(differences))
 
 
 def with_interval(estimate, differences: list[float], resamples: int = 1000) -> tuple[float, float, float]:
@@ -156,12 +154,12 @@ def main() -> None:
         c_mean, c_low, c_high = with_interval(robust_mean, control)
         publisher = publisher_us(measured_out)
         added = mean + publisher
-        lines.append(f"| {name} | {bare_us:.1f} | {mean:+.1f} [{low:+.1f}, {high:+.1f}] ({outliers(measured)}) | "
+        lines.append(f"| {name} | {bare_us:.1f} | {mean:+.1f} [{low:+.1f}, {high:+.1f}] ({len(measured) - len(inliers(measured))}) | "
                      f"{statistics.median(measured):+.1f} | {c_mean:+.1f} [{c_low:+.1f}, {c_high:+.1f}] | "
                      f"{publisher:.1f} | {added:+.1f} | {(bare_us + added) / bare_us:.4f} |")
         print(lines[-1], flush=True)
 
-    lines += timed_step_section(work)
+    lines += timed_step_section(watched, work)
 
     every = max(args.rss_steps // 10, 1)
     out = run(watched + ["--no-loader", "--steps", str(args.rss_steps), "--warmup", "0", "--rss-every", str(every)], work)
@@ -176,7 +174,7 @@ def main() -> None:
     Path(args.out).write_text("\n".join(lines) + "\n")
 
 
-def timed_step_section(work: str) -> list[str]:
+def timed_step_section(watched: list[str], work: str) -> list[str]:
     lines = ["", "What one timed step costs (`fastmon run --headless loop.py`, one run per case; median wall time "
              "of each kind of step minus that of the untimed steps at least 4 steps from a timed one):", "",
              "| case | timed steps | untimed µs | timed step | step before (arms) | step after (disarms) | "
@@ -185,7 +183,7 @@ def timed_step_section(work: str) -> list[str]:
     for name, case in CASES.items():
         folder = tempfile.mkdtemp(dir=work)
         steps = ["--steps", str(TIMED_STEP_RUN_STEPS[name])]
-        run([sys.executable, "-m", "fastmon", "run", "--headless", str(LOOP)] + case + steps, folder)
+        run(watched + case + steps, folder)
         (record,) = Path(folder).glob("fastmon-runs/*/run.sqlite")
         rows = sqlite3.connect(record).execute("SELECT step, wall, timed FROM steps WHERE rank = 0").fetchall()
         rows = [row for row in rows if row[0] >= TIME_ALL_FIRST + 50]  # past the start's all-timed steps
