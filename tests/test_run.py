@@ -265,7 +265,7 @@ def test_a_call_replaced_mid_run_is_used_and_timed(run_fastmon, tmp_path):
     assert out.stdout == plain.stdout
     rows = step_rows(tmp_path)
     assert len(rows) == 1000
-    after = timed(rows[450:])  # the settings poll re-wraps a replaced call at a timed step's end
+    after = timed(rows[450:])  # arming the next timed step wraps the new call
     assert len(after) >= 3 and all(row["forward"] > 0 for row in after)
 
 
