@@ -7,7 +7,9 @@ once an iterator delegates to a rebuilt loader); between timed steps the class h
 own ``__next__`` back: two class attribute writes per timed step, against a Python call
 per batch (~1 µs on a ~3 ms step, where torch has left the interpreter's caches cold).
 ``DataLoader.__iter__`` is wrapped for the whole run: it tags each iterator with its
-loader and shows worker start-up.
+loader and shows worker start-up. Each loader's fact (settings, epochs, the last
+``iter()`` time) goes out from the publisher's round when an epoch has begun, or at once
+when fastmon changes a setting: short epochs cost the training thread no fact each.
 
 A rebuild (hot-apply of num_workers / pin_memory / persistent_workers) takes the index
 batches that the live iterator has not yet dispatched, lets the batches already in
@@ -41,7 +43,9 @@ class LoaderState:
         self.ref = weakref.ref(loader)
         self.location = location
         self.live: weakref.ref | None = None
-        self.epochs = 0
+        self.description = facts.describe_loader(loader)  # replaced, never changed in place
+        self.epoch: tuple[int, float | None] = (0, None)  # (epochs begun, seconds the last iter() took)
+        self.reported: tuple | None = None  # (description, epoch) as the last fact had them
 
 
 class Rebuilt:
@@ -81,6 +85,7 @@ class LoaderPart(Part):
         self._orig_next = dl._BaseDataLoaderIter.__next__
         self._orig_iter = DataLoader.__iter__
         self.rebuilt = False  # an iterator delegates to a rebuilt loader (until the run ends)
+        self._report_lock = threading.Lock()  # the publisher's round and a settings change both report
         self.timed_next = None
 
     # --- patches --------------------------------------------------------------------
@@ -172,17 +177,22 @@ class LoaderPart(Part):
         if state is None or state.ref() is not loader:
             state = LoaderState(f"L{len(self.loaders)}", loader, fmt(user_frame(3)))
             self.loaders[key] = state
-        state.epochs += 1
+        state.epoch = (state.epoch[0] + 1, seconds)
         state.live = weakref.ref(it)
         it.__dict__["_fastmon_state"] = state
-        self.send_facts(state, iter_seconds=seconds)
 
-    def send_facts(self, state: LoaderState, **extra) -> None:
-        loader = state.ref()
-        if loader is not None:
-            self.probe.fact(f"loader.{state.id}", dict(facts.describe_loader(loader), id=state.id,
-                                                       location=state.location, epochs=state.epochs,
-                                                       **extra))
+    def report(self) -> None:
+        """Each loader's fact, where an epoch has begun or its settings changed since the
+        last one. From the publisher's round, so a short epoch costs the training thread
+        three attribute writes, not a fact; and from a settings change, at once."""
+        with self._report_lock:
+            for state in list(self.loaders.values()):
+                current = (state.description, state.epoch)
+                if state.reported is None or any(a is not b for a, b in zip(current, state.reported)):
+                    state.reported = current
+                    epochs, seconds = state.epoch
+                    self.probe.fact(f"loader.{state.id}", dict(state.description, id=state.id, location=state.location,
+                                                               epochs=epochs, iter_seconds=seconds))
 
     # --- hot-apply ------------------------------------------------------------------
     def training_loader(self) -> LoaderState | None:
@@ -196,8 +206,8 @@ class LoaderPart(Part):
         if loader is None:
             raise RuntimeError("no DataLoader seen in the training loop")
         set_loader_settings(loader, params)
-        self.probe.fact(f"loader.{state.id}", dict(facts.describe_loader(loader), id=state.id,
-                                                   location=state.location, epochs=state.epochs))
+        state.description = facts.describe_loader(loader)
+        self.report()  # before the acknowledgement: the monitor sees the new settings with it
         live = state.live() if state.live is not None else None
         if live is None or live._dataset_kind != dl._DatasetKind.Map:
             ack(ok=True, note="takes effect at the next epoch")

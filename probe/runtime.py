@@ -35,7 +35,7 @@ class Probe:
         self.publisher.on_control = self._wake
         self.cuda = torch.cuda.is_available()
         self.clock = StepClock(self.publisher.put_event, self._memory if self.cuda else None)
-        self.publisher.before_send = self.clock.flush_untimed
+        self.publisher.before_send = self._before_send
         self.events = None
         self.next_housekeeping = -1  # the step after which _housekeeping next runs
         self.schedule = TimingSchedule(every_step=os.environ.get("FASTMON_EVERY_STEP") == "1")
@@ -164,6 +164,11 @@ class Probe:
             self.next_timed_step = next_timed
             self.disarm()
             self._set_wake(optimizer)
+
+    def _before_send(self) -> None:
+        """In the publisher's thread, before each send: what the training thread leaves for it."""
+        self.clock.flush_untimed()
+        self.loader_part.report()
 
     def _wake(self) -> None:
         """Commands arrived: the next untimed step's end takes them."""
