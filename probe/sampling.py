@@ -5,7 +5,7 @@ length (``TIMED_STEP_COST_NS``: ``benchmarks/overhead.py`` measures it); a step 
 not timed costs one optimizer hook that records its end. So every step is timed where
 that is cheap next to the step, and on short steps a random subset: the probe's timing
 cost is held to ``BUDGET_NS`` a step, or ``BUDGET_SHARE`` of the step where that is more
-(every step is timed from about 400 ms a step; below 4 ms a step, one in about 100). Each gap
+(every step is timed from about 500 ms a step; below 4 ms a step, one in about 200). Each gap
 between timed steps is drawn uniformly from 1..2N-1 steps (mean N), so a periodic pattern
 (workers that deliver in bursts, a log every 10 steps) cannot line up with a fixed stride.
 The first ``TIME_ALL_FIRST`` steps are all timed.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 
 TIMED_STEP_COST_NS = 200_000  # what timing one step among untimed ones adds: benchmarks/overhead.py, 2-core VM
-BUDGET_NS = 2_000  # per step spent on timing phases, on short steps
-BUDGET_SHARE = 0.0005  # of the step time, on long ones
+BUDGET_NS = 1_000  # per step spent on timing phases, on short steps
+BUDGET_SHARE = 0.00025  # of the step time, on long ones
 TIME_ALL_FIRST = 50  # steps timed in full at the start: a short run gets its whole breakdown
 
 

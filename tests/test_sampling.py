@@ -33,7 +33,7 @@ def test_short_steps_are_timed_one_in_cost_over_budget_at_random():
 
 
 def test_long_steps_and_every_step_mode_time_every_step():
-    assert set(gaps(TimingSchedule(), 500_000 * US, 50)) == {1}
+    assert set(gaps(TimingSchedule(), 1_000_000 * US, 50)) == {1}
     assert set(gaps(TimingSchedule(every_step=True), 400 * US, 50)) == {1}
 
 
