@@ -185,14 +185,18 @@ class LoaderPart(Part):
         """Each loader's fact, where an epoch has begun or its settings changed since the
         last one. From the publisher's round, so a short epoch costs the training thread
         three attribute writes, not a fact; and from a settings change, at once."""
-        with self._report_lock:
-            for state in list(self.loaders.values()):
-                current = (state.description, state.epoch)
-                if state.reported is None or any(a is not b for a, b in zip(current, state.reported)):
-                    state.reported = current
-                    epochs, seconds = state.epoch
-                    self.probe.fact(f"loader.{state.id}", dict(state.description, id=state.id, location=state.location,
-                                                               epochs=epochs, iter_seconds=seconds))
+        try:
+            with self._report_lock:
+                for state in list(self.loaders.values()):
+                    current = (state.description, state.epoch)
+                    if state.reported is None or any(a is not b for a, b in zip(current, state.reported)):
+                        state.reported = current
+                        epochs, seconds = state.epoch
+                        self.probe.fact(f"loader.{state.id}", dict(state.description, id=state.id,
+                                                                   location=state.location, epochs=epochs,
+                                                                   iter_seconds=seconds))
+        except Exception as exc:
+            self.fail(exc)
 
     # --- hot-apply ------------------------------------------------------------------
     def training_loader(self) -> LoaderState | None:
