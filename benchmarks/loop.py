@@ -12,10 +12,16 @@ it prints `publisher_us_per_step`: the publisher thread's CPU time over all the 
 steps. That thread ships whatever the probe logged whenever its round comes, in either
 half, so the pair differences cannot see it; its CPU time (GIL held, mostly) bounds what
 it takes from the training thread.
+
+With --noise-pairs N (plain `python`, no probe), the timed part is N pairs of bare
+segments back to back; it prints `noise_sd_us`, the spread of their pair differences
+(µs/step; 1.4826 median absolute deviations, the sd where there are no outliers): how much two segments a moment apart differ on this machine now,
+which decides what an A/B of that many pairs can resolve.
 """
 
 import argparse
 import random
+import statistics
 import time
 
 import psutil
@@ -35,6 +41,7 @@ parser.add_argument("--ab-warm", type=int, default=5,
                     help="steps run after each switch before the segment's clock starts: the switch's own transient")
 parser.add_argument("--ab-control", action="store_true", help="keep the probe on in both halves: the method's noise")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
+parser.add_argument("--noise-pairs", type=int, default=0, help="bare segment pairs: the machine's noise now")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -67,6 +74,12 @@ def train(source, steps: int) -> None:
             return
 
 
+def segment_us(source) -> float:
+    started = time.perf_counter()
+    train(source, args.ab_segment)
+    return (time.perf_counter() - started) / args.ab_segment * 1e6
+
+
 def ab_pairs(probe, source) -> None:
     train(source, args.warmup)
     publisher_clock = time.pthread_getcpuclockid(probe.publisher._thread.ident)
@@ -83,16 +96,26 @@ def ab_pairs(probe, source) -> None:
             warm = order.randint(args.ab_warm, 2 * args.ab_warm)
             warmed += warm
             train(source, warm)
-            started = time.perf_counter()
-            train(source, args.ab_segment)
-            times[probed] = (time.perf_counter() - started) / args.ab_segment * 1e6
+            times[probed] = segment_us(source)
         print(f"ab {times[False]:.3f} {times[True]:.3f}", flush=True)
     steps = args.ab_pairs * 2 * args.ab_segment + warmed
     print(f"publisher_us_per_step {(time.clock_gettime_ns(publisher_clock) - publisher_cpu) / steps / 1e3:.3f}")
     probe.resume()
 
 
+def noise_pairs(source) -> None:
+    train(source, args.warmup)
+    differences = [segment_us(source) - segment_us(source) for _ in range(args.noise_pairs)]
+    median = statistics.median(differences)
+    # Robust: an epoch's start or a garbage collection puts ms on a rare segment, which
+    # the A/B drops as an outlier; what it cannot drop is the spread of the rest.
+    print(f"noise_sd_us {1.4826 * statistics.median(abs(d - median) for d in differences):.1f}")
+
+
 source = batches()
+if args.noise_pairs:
+    noise_pairs(source)
+    raise SystemExit(0)
 if args.ab_pairs:
     from fastmon.probe.runtime import current
 

@@ -23,7 +23,9 @@
    cold), against the median of the untimed steps far from any timed one. Their sum is
    what ``fastmon.probe.sampling.TIMED_STEP_COST_NS`` stands for.
 
-Then the probe's RSS over 100k steps.
+Then the probe's RSS over 100k steps. Before and after all of it, the machine's noise: the
+robust sd of the pair differences of bare 20-step segments of the ~3 ms case (`loop.py
+--noise-pairs`); what an A/B resolves depends on it more than on anything else.
 
     python benchmarks/overhead.py            # writes benchmarks/results/overhead.md
     python benchmarks/overhead.py --quick    # fewer repeats, for a smoke test
@@ -52,6 +54,8 @@ CASES = {  # name -> loop.py arguments
     "MLP 64, batch 32, DataLoader": ["--width", "64", "--batch", "32", "--steps", "6000"],
     "MLP 420, batch 224, DataLoader": ["--width", "420", "--batch", "224", "--steps", "1500"],
 }
+NOISE_CASE = ["--width", "420", "--batch", "224"]
+NOISE_PAIRS = 300
 EVERY_STEP_CASE = "tiny MLP 8, batch 4, no DataLoader"  # also run with --every-step: what full timing costs
 TIMED_STEP_RUN_STEPS = {name: 30_000 if "420" not in name else 6_000 for name in CASES}  # ~100 timed steps or more
 
@@ -64,8 +68,9 @@ def run(cmd: list[str], cwd: str) -> str:
     return out.stdout
 
 
-def step_us(stdout: str) -> float:
-    return float(next(line.split()[1] for line in stdout.splitlines() if line.startswith("step_us")))
+def printed(stdout: str, name: str) -> float:
+    """The value loop.py printed as ``NAME VALUE``."""
+    return float(next(line.split()[1] for line in stdout.splitlines() if line.startswith(name + " ")))
 
 
 def pairs(stdout: str) -> list[tuple[float, float]]:
@@ -92,10 +97,6 @@ def with_interval(estimate, differences: list[float], resamples: int = 1000) -> 
     return estimate(differences), boot[int(0.025 * resamples)], boot[int(0.975 * resamples)]
 
 
-def publisher_us(stdout: str) -> float:
-    return float(next(line.split()[1] for line in stdout.splitlines() if line.startswith("publisher_us_per_step")))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=11, help="interleaved bare/fastmon run pairs per case")
@@ -111,6 +112,9 @@ def main() -> None:
         TIMED_STEP_RUN_STEPS.update((name, 1_000) for name in CASES)
     work = tempfile.mkdtemp(prefix="fastmon-bench-")
     bare = [sys.executable, str(LOOP)]
+    noise = [sys.executable, str(LOOP), *NOISE_CASE, "--noise-pairs", str(40 if args.quick else NOISE_PAIRS)]
+    noise_before = printed(run(noise, work), "noise_sd_us")
+    print(f"machine noise now: {noise_before:.0f} µs/step (robust sd of bare segment pair differences)", flush=True)
     watched = [sys.executable, "-m", "fastmon", "run", "--headless", str(LOOP)]
     lines = [f"# Probe overhead — {datetime.date.today()} — {platform.processor() or platform.machine()}, "
              f"{os.cpu_count()} cores, Python {platform.python_version()}", "",
@@ -124,8 +128,8 @@ def main() -> None:
     for name, case, command in runs:
         bare_us, watched_us, ratios = [], [], []
         for _ in range(args.repeats):
-            b = step_us(run(bare + case, work))
-            w = step_us(run(command + case, work))
+            b = printed(run(bare + case, work), "step_us")
+            w = printed(run(command + case, work), "step_us")
             bare_us.append(b)
             watched_us.append(w)
             ratios.append(w / b)
@@ -152,7 +156,7 @@ def main() -> None:
         bare_us = statistics.median(b for b, _ in pairs(measured_out))
         mean, low, high = with_interval(robust_mean, measured)
         c_mean, c_low, c_high = with_interval(robust_mean, control)
-        publisher = publisher_us(measured_out)
+        publisher = printed(measured_out, "publisher_us_per_step")
         added = mean + publisher
         lines.append(f"| {name} | {bare_us:.1f} | {mean:+.1f} [{low:+.1f}, {high:+.1f}] ({len(measured) - len(inliers(measured))}) | "
                      f"{statistics.median(measured):+.1f} | {c_mean:+.1f} [{c_low:+.1f}, {c_high:+.1f}] | "
@@ -165,6 +169,10 @@ def main() -> None:
     out = run(watched + ["--no-loader", "--steps", str(args.rss_steps), "--warmup", "0", "--rss-every", str(every)], work)
     rss = [(int(s), int(r)) for _, s, r in (line.split() for line in out.splitlines() if line.startswith("rss"))]
     first, last = rss[0], rss[-1]
+    noise_after = printed(run(noise, work), "noise_sd_us")
+    lines[1:1] = ["", f"Machine noise (bare `loop.py {' '.join(NOISE_CASE)} --noise-pairs`, robust sd of "
+                  f"the pair differences of 20-step segments): {noise_before:.0f} µs/step before, {noise_after:.0f} after. "
+                  "A quiet hour here reads 20-40; above ~60 the ~3 ms rows cannot resolve a few µs."]
     lines += ["", f"Probe process RSS over {args.rss_steps:,} steps (MLP 64, under `fastmon run --headless`): "
               f"{first[1] / 2**20:.1f} MiB at step {first[0]:,}, {last[1] / 2**20:.1f} MiB at step {last[0]:,} "
               f"({(last[1] - first[1]) / 2**20:+.2f} MiB).", "",
