@@ -15,8 +15,9 @@ it takes from the training thread.
 
 With --noise-pairs N (plain `python`, no probe), the timed part is N pairs of bare
 segments back to back; it prints `noise_sd_us`, the spread of their pair differences
-(µs/step; 1.4826 median absolute deviations, the sd where there are no outliers): how much two segments a moment apart differ on this machine now,
-which decides what an A/B of that many pairs can resolve.
+(µs/step; 1.4826 median absolute deviations, the sd where there are no outliers): how
+much two segments a moment apart differ on this machine now, which decides what an A/B
+of that many pairs can resolve.
 """
 
 import argparse

@@ -7,7 +7,7 @@ from torch import nn
 rng = np.random.default_rng(0)
 model = nn.Linear(16, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-for step in range(800):
+for step in range(2000):
     x = torch.tensor(rng.standard_normal((32, 16), dtype=np.float32))
     y = torch.tensor(rng.standard_normal((32, 1), dtype=np.float32))
     optimizer.zero_grad()
