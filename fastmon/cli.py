@@ -133,8 +133,12 @@ def run_headless(options) -> int:
 
     session = Session(options, passthrough=True)
     # Ctrl-C reaches the training process from the terminal directly; the monitor stays
-    # to record its end. SIGTERM is passed on, as torchrun does.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # to record its end. A no-op handler, not SIG_IGN: exec resets a handled signal to its
+    # default, so the training process starts with Ctrl-C as python would, even while it
+    # is still importing torch (an ignored one would be inherited). SIGTERM is passed on,
+    # as torchrun does.
+    if not options.sigint_ignored:
+        signal.signal(signal.SIGINT, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: session.terminate())
     session.start()
     sys.stderr.write(f"[fastmon] recording to {session.run_dir}\n")
