@@ -116,8 +116,7 @@ def cmd_run(argv: list[str]) -> int:
     options = RunOptions(target=target, apply=apply,
                          allow=frozenset(filter(None, args.allow.split(","))) | (
                              {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
-                         torchrun=torchrun or None, every_step=args.every_step,
-                         sigint_ignored=signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+                         torchrun=torchrun or None, every_step=args.every_step)
     if headless:
         return run_headless(options)
     from fastmon.tui.launch import run_dashboard
@@ -135,9 +134,10 @@ def run_headless(options) -> int:
     # Ctrl-C reaches the training process from the terminal directly; the monitor stays
     # to record its end. A no-op handler, not SIG_IGN: exec resets a handled signal to its
     # default, so the training process starts with Ctrl-C as python would, even while it
-    # is still importing torch (an ignored one would be inherited). SIGTERM is passed on,
-    # as torchrun does.
-    if not options.sigint_ignored:
+    # is still importing torch (an ignored one would be inherited). Started with Ctrl-C
+    # ignored (nohup), fastmon leaves it so, and the training inherits that, as python's
+    # would. SIGTERM is passed on, as torchrun does.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: session.terminate())
     session.start()

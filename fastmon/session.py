@@ -54,7 +54,6 @@ class RunOptions:
     runs_dir: str = "fastmon-runs"
     torchrun: list[str] | None = None  # torchrun's own options, when launching through it
     every_step: bool = False  # time the phases of every step, not a sample of short ones
-    sigint_ignored: bool = False  # fastmon itself was started with Ctrl-C ignored (the training inherits that)
     python: str = sys.executable
 
 
@@ -130,8 +129,7 @@ class Session:
         for key, value in meta.items():
             self.recorder.meta(key, value)
         env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_RUN_DIR=str(self.run_dir),
-                   PYTHONUNBUFFERED="1", FASTMON_EVERY_STEP="1" if self.options.every_step else "0",
-                   FASTMON_SIGINT="ignore" if self.options.sigint_ignored else "default")
+                   PYTHONUNBUFFERED="1", FASTMON_EVERY_STEP="1" if self.options.every_step else "0")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.state.status = "running"
         self._spawn(self._pump, "stdout", self.proc.stdout)

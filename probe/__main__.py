@@ -35,11 +35,6 @@ def _module_exists(name: str) -> bool:
 
 
 def main() -> None:
-    if os.environ.get("FASTMON_SIGINT") == "default" and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        # The monitor ignores Ctrl-C (headless: it stays to record the end), and a child
-        # inherits that; python would have started with Ctrl-C raising KeyboardInterrupt.
-        # First thing: importing torch takes seconds, and a Ctrl-C then must stop the run too.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     args = sys.argv[1:]
     if not args:
         sys.stderr.write("usage: python -m fastmon.probe [-m MODULE | SCRIPT] [ARGS...]\n")

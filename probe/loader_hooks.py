@@ -189,7 +189,7 @@ class LoaderPart(Part):
             with self._report_lock:
                 for state in list(self.loaders.values()):
                     current = (state.description, state.epoch)
-                    if state.reported is None or any(a is not b for a, b in zip(current, state.reported)):
+                    if current != state.reported:
                         state.reported = current
                         epochs, seconds = state.epoch
                         self.probe.fact(f"loader.{state.id}", dict(state.description, id=state.id,
