@@ -18,10 +18,19 @@ segments back to back; it prints `noise_sd_us`, the spread of their pair differe
 (µs/step; 1.4826 median absolute deviations, the sd where there are no outliers): how
 much two segments a moment apart differ on this machine now, which decides what an A/B
 of that many pairs can resolve.
+
+With --monitor-pairs N (under `fastmon run`), the timed part is N pairs of segments, one
+with the monitor process stopped (SIGSTOP) and one with it running, in random order; each
+pair prints `monitor STOPPED_US RUNNING_US`. What the monitor does while stopped it does
+on SIGCONT (frames queue in the socket, timers fire late), so all its work lands in the
+running halves, on half the steps: its cost to a step of a normal run is half the mean
+difference. The probe is on in both halves.
 """
 
 import argparse
+import os
 import random
+import signal
 import statistics
 import time
 
@@ -43,6 +52,7 @@ parser.add_argument("--ab-warm", type=int, default=5,
 parser.add_argument("--ab-control", action="store_true", help="keep the probe on in both halves: the method's noise")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
 parser.add_argument("--noise-pairs", type=int, default=0, help="bare segment pairs: the machine's noise now")
+parser.add_argument("--monitor-pairs", type=int, default=0, help="monitor stopped / running segment pairs")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -113,6 +123,26 @@ def noise_pairs(source) -> None:
     print(f"noise_sd_us {1.4826 * statistics.median(abs(d - median) for d in differences):.1f}")
 
 
+def monitor_pairs(source) -> None:
+    monitor = os.getppid()
+    if "fastmon" not in " ".join(psutil.Process(monitor).cmdline()):
+        raise SystemExit("--monitor-pairs needs the monitor: run this under `fastmon run`")
+    train(source, args.warmup)
+    order = random.Random(0)
+    try:
+        for _ in range(args.monitor_pairs):
+            times = {}
+            # No unclocked steps after a switch: stopping another process leaves this one's
+            # caches as they were, and the monitor's catching up on SIGCONT is what is measured.
+            for running in ((False, True) if order.random() < 0.5 else (True, False)):
+                os.kill(monitor, signal.SIGCONT if running else signal.SIGSTOP)
+                times[running] = segment_us(source)
+            os.kill(monitor, signal.SIGCONT)
+            print(f"monitor {times[False]:.3f} {times[True]:.3f}", flush=True)
+    finally:
+        os.kill(monitor, signal.SIGCONT)
+
+
 source = batches()
 if args.noise_pairs:
     noise_pairs(source)
@@ -123,6 +153,9 @@ if args.ab_pairs:
     if current() is None:
         raise SystemExit("--ab-pairs needs the probe: run this under `fastmon run`")
     ab_pairs(current(), source)
+    raise SystemExit(0)
+if args.monitor_pairs:
+    monitor_pairs(source)
     raise SystemExit(0)
 
 train(source, args.warmup)

@@ -1,4 +1,4 @@
-"""Probe overhead on the same CPU training loop (loop.py), three ways:
+"""Probe overhead on the same CPU training loop (loop.py), four ways:
 
 1. Interleaved runs: `python loop.py` and `fastmon run --headless loop.py`, alternately,
    median ratio of their mean step times. What a user sees, monitor included; but two
@@ -7,9 +7,8 @@
 2. In-process A/B: one `fastmon run` whose loop runs pairs of short segments, one with the
    probe suspended (bare torch, every patch and hook out) and one with it on, in random
    order, a few unclocked steps after each switch (its re-patching is a transient no real
-   run has). Per pair, probed minus
-   bare µs/step; the estimate is their mean after dropping pairs more than 10 median
-   absolute deviations from the median (a garbage collection or a stalled vCPU puts
+   run has). Per pair, probed minus bare µs/step; the estimate is their mean after
+   dropping pairs more than 10 median absolute deviations from the median (a garbage collection or a stalled vCPU puts
    ±4 ms on a 20-step segment of 3 ms steps, both ways), with a bootstrap 95% interval.
    It keeps what is rare but the probe's: a segment holding a timed step is +10 µs/step
    at most. The median is shown too: it leaves those out. The control runs the same
@@ -17,7 +16,11 @@
    thread ships the log whenever its round comes, in either half, so the pairs cannot see
    it: its CPU time per step is added (an upper bound on what it takes from training).
 
-3. What one timed step costs, from a run's own step records (`fastmon run --headless
+3. What the monitor process takes from the training: pairs of segments with the monitor
+   stopped (SIGSTOP) and running, the probe on in both. The A/B above cannot see it (it
+   runs in both halves); the interleaved runs can, among their other noise.
+
+4. What one timed step costs, from a run's own step records (`fastmon run --headless
    loop.py`, many steps): the median wall time of the timed steps, of the untimed step
    before each (it arms the timing hooks), of the one after (it disarms them, and runs
    cold), against the median of the untimed steps far from any timed one. Their sum is
@@ -163,6 +166,7 @@ def main() -> None:
                      f"{publisher:.1f} | {added:+.1f} | {(bare_us + added) / bare_us:.4f} |")
         print(lines[-1], flush=True)
 
+    lines += monitor_section(watched, work, args.pairs, args.segment)
     lines += timed_step_section(watched, work)
 
     every = max(args.rss_steps // 10, 1)
@@ -180,6 +184,25 @@ def main() -> None:
     print("\n".join(lines[-3:]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+def monitor_section(watched: list[str], work: str, pair_count: int, segment: int) -> list[str]:
+    lines = ["", f"What the monitor process takes from the training (`loop.py --monitor-pairs`): {pair_count} pairs of "
+             f"{segment}-step segments, the monitor stopped (SIGSTOP) vs running, in random order, probe on in both. "
+             "Everything the monitor does it does in the running halves (a stopped one catches up on SIGCONT), "
+             "so its cost to a normal run's step is half their mean difference (outliers dropped as above).", "",
+             "| case | stopped µs/step | mean difference [95%] (pairs dropped) | monitor's cost, µs a step |",
+             "| --- | ---: | ---: | ---: |"]
+    for name, case in CASES.items():
+        out = run(watched + case + ["--monitor-pairs", str(pair_count), "--ab-segment", str(segment)], work)
+        measured = [(float(stopped), float(running)) for _, stopped, running in
+                    (line.split() for line in out.splitlines() if line.startswith("monitor "))]
+        differences = [running - stopped for stopped, running in measured]
+        mean, low, high = with_interval(robust_mean, differences)
+        lines.append(f"| {name} | {statistics.median(s for s, _ in measured):.1f} | {mean:+.1f} [{low:+.1f}, {high:+.1f}] "
+                     f"({len(differences) - len(inliers(differences))}) | {mean / 2:+.1f} |")
+        print(lines[-1], flush=True)
+    return lines
 
 
 def timed_step_section(watched: list[str], work: str) -> list[str]:

@@ -4,55 +4,67 @@ GPU sampler says why in one line and returns nothing."""
 
 from __future__ import annotations
 
+import time
+
 import psutil
+
+
+TREE_EVERY = 2.0  # seconds between walks of the process tree: each reads every process on the machine
 
 
 class HostSampler:
     def __init__(self, root_pid: int, launcher: bool = False) -> None:
         self.root_pid = root_pid
         self.launcher = launcher  # the root is torchrun: its fastmon.probe children are the trainers
-        self._procs: dict[int, psutil.Process] = {}
+        self._roles: dict[int, tuple[psutil.Process, str]] = {}  # pid -> (process, role), children after parents
+        self._walked = float("-inf")
         psutil.cpu_percent(percpu=True)  # prime: the first reading is meaningless
 
-    def _tracked(self) -> list[psutil.Process]:
+    def _tracked(self) -> dict[int, tuple[psutil.Process, str]]:
+        """The trainer's process tree, walked again every TREE_EVERY seconds (psutil finds
+        children by reading /proc for every process: ~20 µs each, milliseconds on a busy
+        node); in between, the processes already found. A new DataLoader worker shows
+        up within TREE_EVERY; one that exits leaves at the next sample."""
+        now = time.monotonic()
+        if now - self._walked < TREE_EVERY:
+            return self._roles
+        self._walked = now
         try:
             root = psutil.Process(self.root_pid)
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
-            return []
-        alive = {}
+            return self._roles
+        known, trainers = {}, set()
         for proc in procs:
-            known = self._procs.get(proc.pid)
-            if known is None:
-                try:
-                    proc.cpu_percent()  # prime
-                except psutil.Error:
-                    continue
-                known = proc
-            alive[proc.pid] = known
-        self._procs = alive
-        return list(alive.values())
+            try:
+                proc, role = self._roles.get(proc.pid) or (proc, self._role(proc, trainers))
+                if role == "trainer":
+                    trainers.add(proc.pid)
+            except psutil.Error:
+                continue
+            known[proc.pid] = (proc, role)
+        self._roles = known
+        return known
+
+    def _role(self, proc: psutil.Process, trainers: set[int]) -> str:
+        proc.cpu_percent()  # prime
+        with proc.oneshot():
+            cmdline, ppid = " ".join(proc.cmdline()), proc.ppid()
+        # A forked DataLoader worker has its parent's command line: its parent decides.
+        if proc.pid == self.root_pid and self.launcher:
+            return "launcher"
+        if "fastmon.probe" in cmdline and ppid not in trainers:
+            return "trainer"
+        return "worker"
 
     def sample(self) -> dict:
         procs = []
-        trainer_pids = set()
-        for proc in self._tracked():
+        for pid, (proc, role) in list(self._tracked().items()):
             try:
                 with proc.oneshot():
-                    cmdline = " ".join(proc.cmdline())
-                    ppid = proc.ppid()
-                    entry = {"pid": proc.pid, "cpu": proc.cpu_percent(), "rss": proc.memory_info().rss}
+                    procs.append({"pid": pid, "cpu": proc.cpu_percent(), "rss": proc.memory_info().rss, "role": role})
             except psutil.Error:
-                continue
-            # A forked DataLoader worker has its parent's command line: its parent decides.
-            if proc.pid == self.root_pid and self.launcher:
-                entry["role"] = "launcher"
-            elif "fastmon.probe" in cmdline and ppid not in trainer_pids:
-                entry["role"] = "trainer"
-                trainer_pids.add(proc.pid)
-            else:
-                entry["role"] = "worker"
-            procs.append(entry)
+                self._roles.pop(pid, None)
         memory = psutil.virtual_memory()
         return {
             "processes": procs,

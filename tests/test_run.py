@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import subprocess
@@ -40,6 +41,20 @@ def test_starved_loader_is_data_wait(run_fastmon, report):
     # the script's own output passed through
     assert "epoch 0: loss" in out.stdout
     assert "[fastmon] recording to" in out.stderr and "data_wait" in out.stderr
+
+
+def test_dataloader_workers_are_sampled_as_workers(run_fastmon, report, tmp_path):
+    out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "1", "--samples", "3200",
+                      "--num-workers", "2")
+    assert out.returncode == 0, out.stderr
+    (run,) = run_dirs(tmp_path)
+    db = sqlite3.connect(run / "run.sqlite")
+    samples = [json.loads(data) for (data,) in db.execute("SELECT data FROM samples WHERE source = 'host'")]
+    workers = {p["pid"] for s in samples for p in s["processes"] if p["role"] == "worker"}
+    trainers = {p["pid"] for s in samples for p in s["processes"] if p["role"] == "trainer"}
+    assert len(workers) == 2 and len(trainers) == 1 and not workers & trainers
+    memory = report()["memory"]
+    assert memory["workers_rss_peak"] > 2 * 20 * 2**20 and memory["trainer_rss_peak"] > 100 * 2**20
 
 
 def test_in_memory_data_is_not_data_wait(run_fastmon, report):

@@ -1,5 +1,5 @@
-"""DDP on CPU (gloo). --slow-rank R sleeps --slow-ms in R's data loading; --die-rank R
-kills itself (SIGKILL) at step --die-step."""
+"""DDP on CPU (gloo). --slow-rank R sleeps --slow-ms in R's data loading, --every-rank-ms
+sleeps that long in every rank's; --die-rank R kills itself (SIGKILL) at step --die-step."""
 import argparse
 import os
 import signal
@@ -18,6 +18,7 @@ parser.add_argument("--steps-per-epoch", type=int, default=40)
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--slow-rank", type=int, default=-1)
 parser.add_argument("--slow-ms", type=float, default=15.0)
+parser.add_argument("--every-rank-ms", type=float, default=0.0)
 parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-step", type=int, default=20)
 args = parser.parse_args()
@@ -33,6 +34,8 @@ class Data(Dataset):
     def __getitem__(self, i):
         if rank == args.slow_rank:
             time.sleep(args.slow_ms / 1000 / 16)
+        if args.every_rank_ms:
+            time.sleep(args.every_rank_ms / 1000 / 16)
         return torch.randn(32), torch.randn(1)
 
 
