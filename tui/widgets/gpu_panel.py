@@ -24,7 +24,7 @@ class GpuPanel(Vertical):
         plot = self.query_one("#gpu-plot", PlotextPlot)
         if not snap.gpu:
             plot.display = False
-            text.update(Text(snap.gpu_note or "GPU: no samples yet", style="yellow"))
+            text.update(Text(snap.gpu_note or "GPU: no samples yet", style="yellow"), layout=False)
             return
         plot.display = True
         lines = []
@@ -37,7 +37,7 @@ class GpuPanel(Vertical):
         if mem:
             lines.append(f"torch allocator: allocated {gib(mem['allocated'])} · reserved {gib(mem['reserved'])} · "
                          f"peak {gib(mem['peak'])} GiB")
-        text.update("\n".join(lines))
+        text.update("\n".join(lines), layout=False)
         plt = plot.plt
         plt.clear_figure()
         plt.title("GPU utilization and memory, %")

@@ -17,7 +17,7 @@ class HostPanel(Static):
     def show(self, snap) -> None:
         host = snap.host
         if not host or "processes" not in host:
-            self.update(Text("host: waiting for the first sample", style="dim"))
+            self.update(Text("host: waiting for the first sample", style="dim"), layout=False)
             return
         text = Text()
         procs = host["processes"]
@@ -37,4 +37,4 @@ class HostPanel(Static):
         text.append("".join(BLOCKS[min(int(c / 100 * (len(BLOCKS) - 1) + 0.5), len(BLOCKS) - 1)] for c in cores),
                     style="green")
         text.append(f"\nRAM {mib(host.get('ram_used'))} of {mib(host.get('ram_total'))}")
-        self.update(text)
+        self.update(text, layout=False)  # its size is the CSS's, whatever the text

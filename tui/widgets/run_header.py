@@ -44,4 +44,4 @@ class RunHeader(Static):
             line2.append(f" · ETA {clock(snap.eta_s)}")
         if snap.dropped:
             line2.append(f" · {snap.dropped} records dropped", style="yellow")
-        self.update(Text("\n").join([line1, line2]))
+        self.update(Text("\n").join([line1, line2]), layout=False)  # two lines, fixed in the CSS
