@@ -52,11 +52,13 @@ parser.add_argument("--ab-warm", type=int, default=5,
 parser.add_argument("--ab-control", action="store_true", help="keep the probe on in both halves: the method's noise")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
 parser.add_argument("--noise-pairs", type=int, default=0, help="bare segment pairs: the machine's noise now")
+parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads; 0: its default, every core")
 parser.add_argument("--monitor-pairs", type=int, default=0, help="monitor stopped / running segment pairs")
 args = parser.parse_args()
 
 torch.manual_seed(0)
-torch.set_num_threads(1)
+if args.threads:
+    torch.set_num_threads(args.threads)
 x = torch.randn(args.batch * 64, args.width)
 y = torch.randn(args.batch * 64, 1)
 loader = DataLoader(TensorDataset(x, y), batch_size=args.batch)

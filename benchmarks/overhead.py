@@ -18,7 +18,10 @@
 
 3. What the monitor process takes from the training: pairs of segments with the monitor
    stopped (SIGSTOP) and running, the probe on in both. The A/B above cannot see it (it
-   runs in both halves); the interleaved runs can, among their other noise.
+   runs in both halves); the interleaved runs can, among their other noise. loop.py trains
+   on one thread; the ~3 ms case runs again on every core, where the monitor has none to
+   itself. (The dashboard cannot be measured so: Textual repaints the whole screen on
+   SIGCONT. `monitor_cost.py` compares whole runs.)
 
 4. What one timed step costs, from a run's own step records (`fastmon run --headless
    loop.py`, many steps): the median wall time of the timed steps, of the untimed step
@@ -193,7 +196,8 @@ def monitor_section(watched: list[str], work: str, pair_count: int, segment: int
              "so its cost to a normal run's step is half their mean difference (outliers dropped as above).", "",
              "| case | stopped µs/step | mean difference [95%] (pairs dropped) | monitor's cost, µs a step |",
              "| --- | ---: | ---: | ---: |"]
-    for name, case in CASES.items():
+    every_core = {f"{name}, torch on every core": CASES[name] + ["--threads", "0"] for name in CASES if "420" in name}
+    for name, case in {**CASES, **every_core}.items():
         out = run(watched + case + ["--monitor-pairs", str(pair_count), "--ab-segment", str(segment)], work)
         measured = [(float(stopped), float(running)) for _, stopped, running in
                     (line.split() for line in out.splitlines() if line.startswith("monitor "))]
