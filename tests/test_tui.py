@@ -10,7 +10,7 @@ import pytest
 from conftest import EXAMPLES, ROOT
 from fastmon.session import RunOptions, Session
 from fastmon.summary import summarize
-from fastmon.tui.app import FastmonApp
+from fastmon.tui.app import BUSY_REDRAW_EVERY, REDRAW_EVERY, FastmonApp
 from fastmon.tui.screens.advice_screen import AdviceScreen
 from fastmon.tui.screens.applied_screen import AppliedScreen
 from fastmon.tui.screens.help_screen import HelpScreen
@@ -119,6 +119,26 @@ async def test_the_dashboard_stays_after_the_end_and_shows_the_exit_code(tmp_pat
         assert "ValueError: bad metric at step 6" in log
         await pilot.press("q")
     assert app.return_value is None
+
+
+async def test_a_busy_machine_slows_the_redraw_to_once_a_second(tmp_path):
+    options = RunOptions(target=[str(ROOT / "tests" / "scripts" / "busy_cores.py"), "--seconds", "10"],
+                         runs_dir=str(tmp_path / "runs"))
+    session = Session(options)
+    session.start()
+    app = FastmonApp(LiveSource(session), session=session)
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            assert app.redraw_every == REDRAW_EVERY
+            await wait_until(pilot, lambda: app.redraw_every == BUSY_REDRAW_EVERY)
+            await pilot.pause(1.5)
+            assert "redrawn once a second: the cores are busy" in text_of(app.query_one(RunHeader))
+            await wait_until(pilot, lambda: app.snapshot.status == "finished")
+            assert app.redraw_every == REDRAW_EVERY
+            await pilot.press("q")
+    finally:
+        session.terminate()
+        session.wait()
 
 
 async def test_replay_shows_the_numbers_of_the_report(tmp_path):

@@ -22,6 +22,11 @@ from fastmon.tui.widgets.shares_bar import SharesBar
 from fastmon.tui.widgets.step_breakdown import StepBreakdown
 
 REDRAW_EVERY = 0.33  # seconds: charts redraw at 3 Hz whatever the step rate
+# While the machine's cores are busy (CPU training on every core, DataLoader workers on
+# every core), the dashboard's CPU would come out of the training's: 1 Hz then.
+BUSY_REDRAW_EVERY = 1.0
+BUSY_CPU_PERCENT = 90  # mean over the cores in the latest host sample: busy from here...
+CALM_CPU_PERCENT = 75  # ... until it falls below this (no flapping at the edge)
 NARROW_WIDTH = 120
 SHORT_HEIGHT = 36
 
@@ -58,6 +63,8 @@ class FastmonApp(App[str | None]):
         self.snapshot = None
         self.stopping = False
         self.redraws = 0
+        self.redraw_every = REDRAW_EVERY
+        self._redraw_timer = None
         self._shown: dict = {}
 
     def compose(self) -> ComposeResult:
@@ -79,8 +86,8 @@ class FastmonApp(App[str | None]):
 
     def on_mount(self) -> None:
         self._layout_for(self.size.width, self.size.height)
+        self._redraw_timer = self.set_interval(REDRAW_EVERY, self.redraw)
         self.redraw()
-        self.set_interval(REDRAW_EVERY, self.redraw)
         if self.session is not None:
             self.wait_for_training()
 
@@ -103,11 +110,13 @@ class FastmonApp(App[str | None]):
         if self.stopping and snap.status == "running":
             snap.status = "stopping"
         self.snapshot = snap
+        if self.session is not None:
+            self._pace(snap)
         # Rendering, not computing, is what costs: a panel is redrawn only when what it
         # shows has changed (the host panel at the sampler's rate, advice at the advisor's).
         changed = self._changed
         with self.batch_update():
-            self.query_one(RunHeader).show(snap)
+            self.query_one(RunHeader).show(snap, busy_redraw=self.redraw_every == BUSY_REDRAW_EVERY)
             if changed("steps", snap.steps):
                 self.query_one(StepBreakdown).show(snap)
                 self.query_one(SharesBar).show(snap)
@@ -123,6 +132,16 @@ class FastmonApp(App[str | None]):
                 if snap.ranks:
                     ranks.update(rank_line(snap))
         self.redraws += 1
+
+    def _pace(self, snap) -> None:
+        cores = snap.host.get("cpu_per_core") or []
+        load = sum(cores) / len(cores) if cores else 0.0
+        threshold = CALM_CPU_PERCENT if self.redraw_every == BUSY_REDRAW_EVERY else BUSY_CPU_PERCENT
+        every = BUSY_REDRAW_EVERY if snap.status == "running" and load >= threshold else REDRAW_EVERY
+        if every != self.redraw_every:
+            self._redraw_timer.stop()
+            self._redraw_timer = self.set_interval(every, self.redraw)
+            self.redraw_every = every
 
     def _changed(self, key: str, signature) -> bool:
         if self._shown.get(key) == signature:

@@ -26,7 +26,7 @@ def status_text(snap) -> str:
 
 
 class RunHeader(Static):
-    def show(self, snap) -> None:
+    def show(self, snap, busy_redraw: bool = False) -> None:
         line1 = Text()
         line1.append(" fastmon ", style="bold reverse")
         line1.append(f" {snap.title} ", style="bold")
@@ -42,6 +42,8 @@ class RunHeader(Static):
                      style="bold")
         if snap.eta_s is not None:
             line2.append(f" · ETA {clock(snap.eta_s)}")
+        if busy_redraw:
+            line2.append(" · redrawn once a second: the cores are busy", style="dim")
         if snap.dropped:
             line2.append(f" · {snap.dropped} records dropped", style="yellow")
         self.update(Text("\n").join([line1, line2]), layout=False)  # two lines, fixed in the CSS
