@@ -28,19 +28,12 @@ import tempfile
 import termios
 from pathlib import Path
 
+from overhead import bench_env, printed, run
+
 HERE = Path(__file__).resolve().parent
 LOOP = [str(HERE / "loop.py"), "--width", "420", "--batch", "224", "--steps", "1500"]
 MODES = ("bare", "headless", "dashboard")
 THREADS = {"torch on 1 thread": "1", f"torch on every core ({os.cpu_count()})": "0"}
-
-
-def clean_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTMON_")}
-    return dict(env, TERM="xterm-256color")
-
-
-def step_us(text: str) -> float:
-    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("step_us ")))
 
 
 def in_terminal(command: list[str], cwd: str, cols: int = 160, rows: int = 48) -> int:
@@ -48,8 +41,8 @@ def in_terminal(command: list[str], cwd: str, cols: int = 160, rows: int = 48) -
     dropping) what it draws so that it never blocks on a full terminal."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    proc = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=clean_env(),
-                            start_new_session=True)
+    proc = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
+                            env=dict(bench_env(), TERM="xterm-256color"), start_new_session=True)
     os.close(slave)
     try:
         while os.read(master, 1 << 16):
@@ -64,20 +57,16 @@ def run_mode(mode: str, threads: str) -> float:
     loop = LOOP + ["--threads", threads]
     with tempfile.TemporaryDirectory() as work:
         if mode == "bare":
-            out = subprocess.run([sys.executable, *loop], capture_output=True, text=True, cwd=work, env=clean_env(),
-                                 check=True, timeout=600)
-            return step_us(out.stdout)
+            return printed(run([sys.executable, *loop], work), "step_us")
         if mode == "headless":
-            out = subprocess.run([sys.executable, "-m", "fastmon", "run", "--headless", *loop], capture_output=True,
-                                 text=True, cwd=work, env=clean_env(), check=True, timeout=600)
-            return step_us(out.stdout)
+            return printed(run([sys.executable, "-m", "fastmon", "run", "--headless", *loop], work), "step_us")
         code = in_terminal([sys.executable, "-m", "fastmon", "run", "--exit-on-finish", *loop], work)
         if code != 0:
             raise RuntimeError(f"the dashboard run exited {code}")
         (record,) = Path(work).glob("fastmon-runs/*/run.sqlite")
-        printed = "".join(text for (text,) in sqlite3.connect(record).execute(
+        stdout = "".join(text for (text,) in sqlite3.connect(record).execute(
             "SELECT text FROM log WHERE stream = 'stdout' ORDER BY rowid"))
-        return step_us(printed)
+        return printed(stdout, "step_us")
 
 
 def main() -> None:

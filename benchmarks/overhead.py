@@ -8,8 +8,9 @@
    probe suspended (bare torch, every patch and hook out) and one with it on, in random
    order, a few unclocked steps after each switch (its re-patching is a transient no real
    run has). Per pair, probed minus bare µs/step; the estimate is their mean after
-   dropping pairs more than 10 median absolute deviations from the median (a garbage collection or a stalled vCPU puts
-   ±4 ms on a 20-step segment of 3 ms steps, both ways), with a bootstrap 95% interval.
+   dropping pairs more than 10 median absolute deviations from the median (a garbage
+   collection or a stalled vCPU puts ±4 ms on a 20-step segment of 3 ms steps, both
+   ways), with a bootstrap 95% interval.
    It keeps what is rare but the probe's: a segment holding a timed step is +10 µs/step
    at most. The median is shown too: it leaves those out. The control runs the same
    pairs with the probe on in both halves: the method's own noise. The publisher
@@ -66,9 +67,13 @@ EVERY_STEP_CASE = "tiny MLP 8, batch 4, no DataLoader"  # also run with --every-
 TIMED_STEP_RUN_STEPS = {name: 30_000 if "420" not in name else 6_000 for name in CASES}  # ~100 timed steps or more
 
 
+def bench_env() -> dict:
+    """This environment without the FASTMON_ variables of a run this one may sit in."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("FASTMON_")}
+
+
 def run(cmd: list[str], cwd: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTMON_")}
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=900)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=bench_env(), timeout=900)
     if out.returncode != 0:
         raise RuntimeError(f"{cmd} failed:\n{out.stderr[-2000:]}")
     return out.stdout
@@ -79,8 +84,10 @@ def printed(stdout: str, name: str) -> float:
     return float(next(line.split()[1] for line in stdout.splitlines() if line.startswith(name + " ")))
 
 
-def pairs(stdout: str) -> list[tuple[float, float]]:
-    return [(float(b), float(p)) for _, b, p in (line.split() for line in stdout.splitlines() if line.startswith("ab "))]
+def pairs(stdout: str, tag: str = "ab") -> list[tuple[float, float]]:
+    """The pairs loop.py printed as ``TAG FIRST SECOND``."""
+    return [(float(a), float(b)) for _, a, b in (line.split() for line in stdout.splitlines()
+                                                 if line.startswith(tag + " "))]
 
 
 OUTLIER_MADS = 10  # pairs further than this many median absolute deviations from the median are dropped
@@ -199,8 +206,7 @@ def monitor_section(watched: list[str], work: str, pair_count: int, segment: int
     every_core = {f"{name}, torch on every core": CASES[name] + ["--threads", "0"] for name in CASES if "420" in name}
     for name, case in {**CASES, **every_core}.items():
         out = run(watched + case + ["--monitor-pairs", str(pair_count), "--ab-segment", str(segment)], work)
-        measured = [(float(stopped), float(running)) for _, stopped, running in
-                    (line.split() for line in out.splitlines() if line.startswith("monitor "))]
+        measured = pairs(out, "monitor")  # (stopped, running)
         differences = [running - stopped for stopped, running in measured]
         mean, low, high = with_interval(robust_mean, differences)
         lines.append(f"| {name} | {statistics.median(s for s, _ in measured):.1f} | {mean:+.1f} [{low:+.1f}, {high:+.1f}] "
