@@ -1,0 +1,26 @@
+"""A plain `pip install .` (a wheel, not the editable install the tests run from) holds
+every module and stylesheet of the source tree: a package missing from pyproject.toml
+works in a checkout and fails on a user's machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# source folder -> where its files land in the installed fastmon package
+LAYOUT = {"fastmon": "fastmon", "probe": "fastmon/probe", "advisor": "fastmon/advisor", "tui": "fastmon/tui",
+          "examples": "fastmon/examples"}
+
+
+def test_the_wheel_holds_every_module_and_stylesheet(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("fastmon-*.whl")
+    packed = set(zipfile.ZipFile(wheel).namelist())
+    expected = {f"{target}/{path.relative_to(ROOT / folder).as_posix()}"
+                for folder, target in LAYOUT.items()
+                for path in (ROOT / folder).rglob("*") if path.suffix in (".py", ".tcss")}
+    assert sorted(expected - packed) == []
