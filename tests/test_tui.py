@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections import Counter
 
 import pytest
 
@@ -11,6 +12,7 @@ from conftest import EXAMPLES, ROOT
 from fastmon.session import RunOptions, Session
 from fastmon.summary import summarize
 from fastmon.tui.app import BUSY_REDRAW_EVERY, REDRAW_EVERY, FastmonApp
+from fastmon.tui.colors import PHASE_COLORS
 from fastmon.tui.screens.advice_screen import AdviceScreen
 from fastmon.tui.screens.applied_screen import AppliedScreen
 from fastmon.tui.screens.help_screen import HelpScreen
@@ -19,12 +21,23 @@ from fastmon.tui.snapshot import LiveSource, ReplaySource
 from fastmon.tui.widgets.advice_list import AdviceList
 from fastmon.tui.widgets.run_header import RunHeader
 from fastmon.tui.widgets.shares_bar import SharesBar
+from fastmon.tui.widgets.step_breakdown import EIGHTHS, StepBreakdown
 
 RECORDED = ROOT / "tests" / "data" / "starved-run"
 
 
 def text_of(widget) -> str:
     return str(widget.render())
+
+
+def chart_cells(breakdown) -> Counter:
+    """The step breakdown's filled cells as drawn, by colour."""
+    cells = Counter()
+    for y in range(breakdown.content_size.height):
+        for segment in breakdown.render_line(y):
+            if segment.style is not None and segment.style.color is not None:
+                cells[segment.style.color.name] += sum(ch in EIGHTHS[1:] for ch in segment.text)
+    return cells
 
 
 async def wait_until(pilot, predicate, timeout: float = 60.0) -> None:
@@ -56,8 +69,10 @@ async def test_live_dashboard_follows_a_real_run_and_its_keys_work(live_session)
         await wait_until(pilot, lambda: app.snapshot.steps > first + 3)
         assert f"step {app.snapshot.steps}" in text_of(header)
         assert "running" in text_of(header)
-        # the breakdown got steps and data_wait dominates
-        assert app.snapshot.buckets
+        # the breakdown draws the steps, mostly in data_wait's colour
+        await wait_until(pilot, lambda: sum(chart_cells(app.query_one(StepBreakdown)).values()) > 0)
+        cells = chart_cells(app.query_one(StepBreakdown))
+        assert cells.most_common(1)[0][0] == PHASE_COLORS["data_wait"]
         assert "STARVED" in str(app.query_one(SharesBar).render())
         gpu_text = text_of(app.query_one("#gpu-text"))
         if not app.snapshot.gpu:
