@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import sys
 import traceback
 from pathlib import Path
@@ -14,6 +15,7 @@ from fastmon import __version__
 
 EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses 2)
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
+EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
 
 TORCHRUN_VALUE_OPTIONS = {
     "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",
@@ -182,9 +184,20 @@ def cmd_report(argv: list[str]) -> int:
     except FileNotFoundError as exc:
         sys.stderr.write(f"fastmon: {exc}\n")
         return EXIT_NO_RUN
-    summary = summarize(run_dirs)
+    try:
+        summary = summarize(run_dirs)
+    except sqlite3.DatabaseError as exc:
+        return unreadable(run_dirs, exc)
     print(json.dumps(summary, indent=1) if args.json else format_text(summary))
     return 0
+
+
+def unreadable(run_dirs: list, exc: sqlite3.DatabaseError) -> int:
+    from fastmon.records import RECORD_FILE
+
+    where = ", ".join(str(Path(run) / RECORD_FILE) for run in run_dirs)
+    sys.stderr.write(f"fastmon: cannot read {where}: {exc} (not a fastmon record, or a damaged one)\n")
+    return EXIT_BAD_RUN
 
 
 def cmd_replay(argv: list[str]) -> int:
@@ -201,7 +214,10 @@ def cmd_replay(argv: list[str]) -> int:
         return EXIT_NO_RUN
     from fastmon.tui.launch import run_replay
 
-    return run_replay(run_dir)
+    try:
+        return run_replay(run_dir)
+    except sqlite3.DatabaseError as exc:  # the record is read whole before the dashboard starts
+        return unreadable([run_dir], exc)
 
 
 def cmd_doctor(argv: list[str]) -> int:

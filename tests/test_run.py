@@ -214,6 +214,17 @@ def test_report_of_a_missing_run(run_fastmon):
     assert "not a fastmon run folder" in out.stderr
 
 
+@pytest.mark.parametrize("content", [b"", b"not a database, a text file someone named run.sqlite\n" * 20])
+@pytest.mark.parametrize("command", ["report", "replay"])
+def test_an_unreadable_record_is_named_not_a_traceback(run_fastmon, tmp_path, command, content):
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "run.sqlite").write_bytes(content)
+    out = run_fastmon(command, tmp_path / "odd")
+    assert out.returncode == 65
+    assert "cannot read" in out.stderr and "run.sqlite" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_unknown_option_is_a_usage_error(run_fastmon):
     out = run_fastmon("run", "--frobnicate", "train.py")
     assert out.returncode == 2
