@@ -8,7 +8,9 @@ import os
 import signal
 import sqlite3
 import sys
+import tempfile
 import traceback
+import zipfile
 from pathlib import Path
 
 from fastmon import __version__
@@ -16,6 +18,7 @@ from fastmon import __version__
 EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses 2)
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
+EXIT_CANT_RECORD = 73  # the runs folder cannot be made or written to (EX_CANTCREAT)
 
 TORCHRUN_VALUE_OPTIONS = {
     "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",
@@ -89,6 +92,12 @@ def check_target(target: list[str]) -> None:
     if target[0] == "-m":
         return
     script = Path(target[0])
+    if zipfile.is_zipfile(script):
+        return  # python runs a zip's __main__.py; runpy reports a zip without one
+    if script.is_dir():  # as python runs a folder: its __main__.py
+        if not (script / "__main__.py").is_file():
+            raise UsageError(f"can't find '__main__' module in {str(script)!r}")
+        script = script / "__main__.py"
     if not script.is_file():
         raise UsageError(f"can't open file {str(script)!r}: no such file")
     try:
@@ -104,6 +113,13 @@ def cmd_run(argv: list[str]) -> int:
     own, torchrun, target = split_run_args(argv)
     args = run_parser().parse_args(own)
     check_target(target)
+    try:  # before anything starts: a training whose record cannot be written is not run
+        Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=args.runs_dir).close()
+    except OSError as exc:
+        sys.stderr.write(f"fastmon: cannot record in {args.runs_dir!r}: {exc.strerror or exc}; nothing started "
+                         "(--runs-dir or $FASTMON_RUNS_DIR names another folder)\n")
+        return EXIT_CANT_RECORD
     from fastmon.session import RunOptions
 
     if torchrun and not any(o.startswith(("--nnodes", "--rdzv", "--master", "--standalone")) for o in torchrun):

@@ -8,6 +8,7 @@ import runpy
 import signal
 import sys
 import traceback
+import zipfile
 
 EXIT_USAGE = 2
 
@@ -47,7 +48,7 @@ def main() -> None:
         module, rest = args[1], args[2:]
     else:
         script, rest = args[0], args[1:]
-        if not os.path.isfile(script):
+        if not os.path.exists(script):
             sys.stderr.write(f"fastmon: can't open file {script!r}: no such file\n")
             sys.exit(EXIT_USAGE)
 
@@ -67,8 +68,15 @@ def main() -> None:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         else:
             sys.argv = [script, *rest]
-            sys.path[0] = os.path.dirname(os.path.abspath(script))
-            runpy.run_path(script, run_name="__main__")
+            if os.path.isfile(script) and not zipfile.is_zipfile(script):
+                sys.path[0] = os.path.dirname(os.path.abspath(script))
+                runpy.run_path(script, run_name="__main__")
+            else:
+                # A folder or zip, run by its __main__.py. runpy puts the path first on sys.path
+                # and names __file__ from it: absolute, as python's are (sys.argv[0] too, which
+                # python leaves as typed; argparse's prog, its base name, is the same).
+                del sys.path[0]
+                runpy.run_path(os.path.abspath(script), run_name="__main__")
     except SystemExit:
         raise
     except KeyboardInterrupt as exc:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -161,6 +163,40 @@ def test_script_sees_what_python_would_and_exit_code_passes(run_fastmon, report)
     assert "name __main__" in out.stdout and "file exit_code.py" in out.stdout and "path0 scripts" in out.stdout
     summary = report()
     assert summary["exit_code"] == 3 and summary["steps"] == 4
+
+
+@pytest.mark.parametrize("packed", ["folder", "zip"])
+def test_a_folder_or_zip_runs_by_its_main_as_with_python(run_fastmon, report, tmp_path, packed):
+    (tmp_path / "app").mkdir()
+    shutil.copy(SCRIPTS / "exit_code.py", tmp_path / "app" / "__main__.py")
+    target = "app"
+    if packed == "zip":
+        with zipfile.ZipFile(tmp_path / "app.zip", "w") as archive:
+            archive.write(tmp_path / "app" / "__main__.py", "__main__.py")
+        target = "app.zip"
+    python = subprocess.run([sys.executable, target, "--code", "3", "--steps", "2"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    out = run_fastmon("run", "--headless", target, "--code", "3", "--steps", "4")
+    assert out.returncode == python.returncode == 3, out.stderr
+    seen = [line for line in out.stdout.splitlines() if line.startswith(("name", "file", "path0"))]
+    assert seen == [line for line in python.stdout.splitlines() if line.startswith(("name", "file", "path0"))]
+    assert report()["steps"] == 4
+
+
+def test_a_runs_folder_that_cannot_be_made_stops_before_training(run_fastmon, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    out = run_fastmon("run", "--headless", "--runs-dir", "a_file/runs", SCRIPTS / "exit_code.py")
+    assert out.returncode == 73
+    assert "cannot record in 'a_file/runs'" in out.stderr and "nothing started" in out.stderr
+    assert "argv" not in out.stdout and "Traceback" not in out.stderr
+
+
+def test_a_folder_without_main_is_named(run_fastmon, tmp_path):
+    (tmp_path / "empty").mkdir()
+    out = run_fastmon("run", "--headless", "empty")
+    assert out.returncode == 2
+    assert "can't find '__main__' module in 'empty'" in out.stderr
+    assert not (tmp_path / "fastmon-runs").exists()
 
 
 def test_uncaught_exception(run_fastmon, report):
