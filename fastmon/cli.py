@@ -1,4 +1,4 @@
-"""The ``fastmon`` command line: run, demo, report, replay, doctor."""
+"""The ``fastmon`` command line: run, demo, report, replay, export, doctor."""
 
 from __future__ import annotations
 
@@ -216,6 +216,36 @@ def unreadable(run_dirs: list, exc: sqlite3.DatabaseError) -> int:
     return EXIT_BAD_RUN
 
 
+def cmd_export(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fastmon export",
+                                     description="Write a recorded run as a Chrome trace, for Perfetto or chrome://tracing.")
+    parser.add_argument("run", nargs="?", default="latest", help="a run folder, or 'latest' (default)")
+    parser.add_argument("-o", "--out", help="the trace file (default RUN/trace.json; a .gz name is gzipped)")
+    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
+    args = parser.parse_args(argv)
+    from fastmon.records import resolve_run
+    from fastmon.trace_export import chrome_trace, write
+
+    try:
+        run_dir = resolve_run(args.run, args.runs_dir)
+    except FileNotFoundError as exc:
+        sys.stderr.write(f"fastmon: {exc}\n")
+        return EXIT_NO_RUN
+    try:
+        trace = chrome_trace(run_dir)
+    except sqlite3.DatabaseError as exc:
+        return unreadable([run_dir], exc)
+    out = Path(args.out) if args.out else run_dir / "trace.json"
+    try:
+        write(trace, out)
+    except OSError as exc:
+        sys.stderr.write(f"fastmon: cannot write {out}: {exc.strerror or exc}\n")
+        return EXIT_CANT_RECORD
+    steps = sum(1 for event in trace["traceEvents"] if event.get("cat") == "step")
+    print(f"wrote {out} ({steps:,} steps): open it in https://ui.perfetto.dev or chrome://tracing")
+    return 0
+
+
 def cmd_replay(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fastmon replay", description="Open a recorded run in the dashboard.")
     parser.add_argument("run", nargs="?", default="latest")
@@ -243,7 +273,8 @@ def cmd_doctor(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "demo": cmd_demo, "report": cmd_report, "replay": cmd_replay, "doctor": cmd_doctor}
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "report": cmd_report, "replay": cmd_replay, "export": cmd_export,
+            "doctor": cmd_doctor}
 
 USAGE = """usage: fastmon COMMAND ...
 
@@ -252,6 +283,7 @@ USAGE = """usage: fastmon COMMAND ...
   demo                             a starved run, and the advisor fixing it live
   report [RUN] [--json]            summarise a recorded run (default: latest)
   replay [RUN]                     open a recorded run in the dashboard
+  export [RUN] [-o FILE]           write it as a trace for Perfetto or chrome://tracing
   doctor                           what fastmon can measure on this machine
 
 `fastmon run --help` lists the run options.

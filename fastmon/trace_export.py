@@ -1,0 +1,152 @@
+"""``fastmon export``: a run record as a Chrome trace (JSON Trace Event Format), which
+Perfetto (https://ui.perfetto.dev) and chrome://tracing open.
+
+What the record holds, and no more: each step is a slice from its start to its end (the
+record keeps each step's end and wall time, exact for every step); its phase times are
+the slice's arguments and a counter track per phase, for the steps the probe timed (the
+record keeps their totals, not when inside the step each phase ran, so they are not
+drawn as slices within it). Beside them: allocator memory and CUDA-event device times
+per step, the host and GPU samples as counters, and the probe's events, the advice and
+the applied changes as instant events. Times are µs from the run's start.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fastmon import __version__
+from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.records import DEVICE_FIELDS, RunRecord
+
+HOST_PID = 0  # the machine's counters; rank R's process is R + 1
+STEPS_TID, DEVICE_TID = 1, 2
+MIB = 2**20
+
+_I = {name: i for i, name in enumerate(STEP_FIELDS)}
+_D = {name: i for i, name in enumerate(DEVICE_FIELDS)}
+
+
+def chrome_trace(run_dir) -> dict:
+    record = RunRecord(run_dir)
+    try:
+        meta, steps, device = record.meta(), record.steps(), record.device_steps()
+        samples, events, advice, applied = record.samples(), record.events(), record.advice(), record.applied()
+        advice_times = dict(record.db.execute("SELECT id, t FROM advice"))
+        applied_times = dict(record.db.execute("SELECT exp, t FROM applied"))
+    finally:
+        record.close()
+    starts = [row[_I["t_end"]] - row[_I["wall"]] for row in steps]
+    t0 = min((t for t in (meta.get("started"), *starts) if t), default=0.0)
+
+    def us(t: float) -> float:
+        return round((t - t0) * 1e9) / 1e3  # whole ns: the viewers read ts + dur back exactly
+
+    out: list[dict] = [_name("process_name", HOST_PID, None, "host (fastmon samples)")]
+    step_start = {}
+    for rank in sorted({row[_I["rank"]] for row in steps}):
+        out += [_name("process_name", rank + 1, None, f"rank {rank}"),
+                _name("process_sort_index", rank + 1, None, rank + 1),
+                _name("thread_name", rank + 1, STEPS_TID, "steps (host)")]
+    previous_end: dict[int, float] = {}
+    for row, start in zip(steps, starts):
+        rank, step, pid = row[_I["rank"]], row[_I["step"]], row[_I["rank"]] + 1
+        step_start[rank, step] = start
+        # Back-to-back steps share an instant; Unix times as doubles are exact to ~0.2 µs,
+        # and a slice that starts inside the one before is not nested, which the viewers reject.
+        ts = max(us(start), previous_end.get(rank, 0.0))
+        end = previous_end[rank] = max(us(row[_I["t_end"]]), ts)
+        args = {"wall_ms": round(row[_I["wall"]] * 1e3, 4), "samples": row[_I["samples"]], "timed": bool(row[_I["timed"]])}
+        if row[_I["timed"]]:
+            phase_ms = {p: round((row[_I[p]] or 0.0) * 1e3, 4) for p in PHASES}
+            args.update(phase_ms)
+            out.append(_counter("phase ms", pid, start, us, phase_ms))
+            if row[_I["mem_alloc"]] is not None and row[_I["mem_reserved"]]:
+                out.append(_counter("torch memory MiB", pid, start, us,
+                                    {"allocated": round(row[_I["mem_alloc"]] / MIB, 1),
+                                     "reserved": round(row[_I["mem_reserved"]] / MIB, 1)}))
+        out.append({"name": f"step {step}", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID,
+                    "ts": ts, "dur": round((end - ts) * 1e3) / 1e3, "args": args})
+    for row in device:
+        start = step_start.get((row[_D["rank"]], row[_D["step"]]))
+        if start is not None:
+            values = {name.removeprefix("device_"): round((row[_D[name]] or 0.0) * 1e3, 4) for name in DEVICE_FIELDS[2:]}
+            out.append(_counter("device ms (CUDA events)", row[_D["rank"]] + 1, start, us, values))
+    for t, source, data in samples:
+        if source == "host":
+            out += _host_counters(t, us, data)
+        elif source == "gpu":
+            out += _gpu_counters(t, us, data)
+    for event in events:
+        name = event["kind"] + (f": {_params(event['params'])}" if event.get("params") else "")
+        args = {k: v for k, v in event.items() if k not in ("t", "kind")}
+        out.append(_instant(name, event["rank"] + 1, event["t"], us, args, scope="p"))
+    for item in advice:
+        out.append(_instant(f"advice: {item['id']}", HOST_PID, advice_times.get(item["id"], t0), us, item))
+    for item in applied:
+        verdict = "kept" if item.get("kept") else "reverted"
+        speedup = f" {item['speedup']:.2f}x" if item.get("speedup") else ""
+        out.append(_instant(f"experiment {item['exp']}: {item['id']} {verdict}{speedup}", HOST_PID,
+                            applied_times.get(item["exp"], t0), us, item))
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"fastmon": __version__, "run": str(run_dir), "script": meta.get("script"),
+                          "exit_code": meta.get("exit_code"), "started_unix_s": t0}}
+
+
+def write(trace: dict, out: Path) -> None:
+    text = json.dumps(trace, separators=(",", ":"), default=str)
+    if out.suffix == ".gz":  # both viewers open gzipped traces
+        import gzip
+
+        out.write_bytes(gzip.compress(text.encode()))
+    else:
+        out.write_text(text)
+
+
+def _name(kind: str, pid: int, tid: int | None, value) -> dict:
+    event = {"name": kind, "ph": "M", "pid": pid, "args": {"sort_index" if kind.endswith("index") else "name": value}}
+    if tid is not None:
+        event["tid"] = tid
+    return event
+
+
+def _counter(name: str, pid: int, t: float, us, values: dict) -> dict:
+    return {"name": name, "ph": "C", "pid": pid, "ts": us(t), "args": values}
+
+
+def _instant(name: str, pid: int, t: float, us, args: dict, scope: str = "g") -> dict:
+    return {"name": name, "ph": "i", "s": scope, "pid": pid, "tid": STEPS_TID, "ts": us(t), "args": args}
+
+
+def _params(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _host_counters(t: float, us, data: dict) -> list[dict]:
+    if "cpu_per_core" not in data:
+        return []
+    cores = data["cpu_per_core"] or [0.0]
+    by_role: dict[str, list[dict]] = {}
+    for proc in data.get("processes", []):
+        by_role.setdefault(proc["role"], []).append(proc)
+    out = [_counter("machine CPU % (mean of cores)", HOST_PID, t, us, {"cpu": round(sum(cores) / len(cores), 1)}),
+           _counter("machine RAM GiB", HOST_PID, t, us, {"used": round(data.get("ram_used", 0) / 2**30, 2)})]
+    if by_role:
+        out.append(_counter("process CPU % (of one core)", HOST_PID, t, us,
+                            {role: round(sum(p["cpu"] for p in procs), 1) for role, procs in by_role.items()}))
+        out.append(_counter("process RSS MiB", HOST_PID, t, us,
+                            {role: round(sum(p["rss"] for p in procs) / MIB, 1) for role, procs in by_role.items()}))
+    return out
+
+
+def _gpu_counters(t: float, us, gpus: list[dict]) -> list[dict]:
+    out = []
+    for gpu in gpus:
+        values = {"util %": gpu.get("util"), "memory GiB": _scaled(gpu.get("mem_used"), 2**30),
+                  "power W": gpu.get("power_w"), "SM clock MHz": gpu.get("sm_clock"), "temp C": gpu.get("temp_c")}
+        out.append(_counter(f"GPU {gpu['index']}", HOST_PID, t, us, {k: v for k, v in values.items() if v is not None}))
+    return out
+
+
+def _scaled(value, unit: float):
+    return None if value is None else round(value / unit, 3)

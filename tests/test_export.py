@@ -1,0 +1,61 @@
+"""`fastmon export`: a real run's record as a Chrome trace that Perfetto and
+chrome://tracing accept, holding every step."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+from conftest import ROOT, SCRIPTS
+
+
+def ns(us: float) -> int:
+    return round(us * 1000)  # how the viewers read JSON µs
+
+
+def test_every_step_is_a_slice_and_the_timed_ones_carry_their_phases(run_fastmon, report, tmp_path):
+    out = run_fastmon("run", "--headless", SCRIPTS / "exit_code.py", "--steps", "300")
+    assert out.returncode == 0, out.stderr
+    out = run_fastmon("export")
+    assert out.returncode == 0, out.stderr
+    assert "ui.perfetto.dev" in out.stdout
+    (trace_file,) = (tmp_path / "fastmon-runs").glob("*/trace.json")
+    events = json.loads(trace_file.read_text())["traceEvents"]
+
+    steps = [e for e in events if e["ph"] == "X"]
+    summary = report()
+    assert [e["name"] for e in steps] == [f"step {n}" for n in range(summary["steps"])]
+    assert abs(sum(e["dur"] for e in steps) / 1e6 - summary["duration_s"]) < 1e-3
+    for slice_ in steps:
+        assert abs(slice_["dur"] / 1e3 - slice_["args"]["wall_ms"]) < 1e-3
+    # one after another on the rank's track, none starting inside the one before
+    assert all(ns(a["ts"]) + ns(a["dur"]) <= ns(b["ts"]) for a, b in zip(steps, steps[1:]))
+
+    timed = [e for e in steps if e["args"]["timed"]]
+    assert summary["timed_steps"] == len(timed) < len(steps)  # the probe sampled them
+    for slice_ in timed:
+        phases = sum(slice_["args"][p] for p in summary["phases"])
+        assert abs(phases - slice_["args"]["wall_ms"]) <= 0.02 * slice_["args"]["wall_ms"]
+    assert len([e for e in events if e["ph"] == "C" and e["name"] == "phase ms"]) == len(timed)
+
+    names = {e["args"].get("name") for e in events if e["ph"] == "M"}
+    assert {"rank 0", "steps (host)", "host (fastmon samples)"} <= names
+    assert any(e["ph"] == "C" and e["name"].startswith("machine CPU") for e in events)
+
+
+def test_advice_and_the_changes_applied_are_marked(run_fastmon, tmp_path):
+    run = tmp_path / "starved"
+    shutil.copytree(ROOT / "tests" / "data" / "starved-run", run)
+    out = run_fastmon("export", run, "-o", "starved.json.gz")
+    assert out.returncode == 0, out.stderr
+    events = json.loads(gzip.decompress((tmp_path / "starved.json.gz").read_bytes()))["traceEvents"]
+    marks = {e["name"] for e in events if e["ph"] == "i"}
+    assert {"applied: num_workers=2", "applied: num_workers=4", "advice: dataloader.num_workers",
+            "experiment 1: dataloader.num_workers kept 2.40x"} <= marks
+
+
+def test_a_missing_run_is_named(run_fastmon):
+    out = run_fastmon("export", "nowhere")
+    assert out.returncode == 66
+    assert "not a fastmon run folder" in out.stderr
