@@ -18,7 +18,7 @@ from fastmon import __version__
 EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses 2)
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
-EXIT_CANT_RECORD = 73  # the runs folder cannot be made or written to (EX_CANTCREAT)
+EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
 
 TORCHRUN_VALUE_OPTIONS = {
     "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",
@@ -184,6 +184,24 @@ def cmd_demo(argv: list[str]) -> int:
     return cmd_run(run)
 
 
+def with_runs(specs: list[str], runs_dir: str, use) -> int:
+    """``use(run_dirs)``'s exit code for the run folders ``specs`` name (a folder, or
+    ``latest``): 66 where one is missing, 65 where its record cannot be read."""
+    from fastmon.records import RECORD_FILE, resolve_run
+
+    try:
+        run_dirs = [resolve_run(spec, runs_dir) for spec in specs]
+    except FileNotFoundError as exc:
+        sys.stderr.write(f"fastmon: {exc}\n")
+        return EXIT_NO_RUN
+    try:
+        return use(run_dirs)
+    except sqlite3.DatabaseError as exc:
+        where = ", ".join(str(Path(run) / RECORD_FILE) for run in run_dirs)
+        sys.stderr.write(f"fastmon: cannot read {where}: {exc} (not a fastmon record, or a damaged one)\n")
+        return EXIT_BAD_RUN
+
+
 def cmd_report(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fastmon report", description="Summarise a recorded run.")
     parser.add_argument("run", nargs="*", default=["latest"],
@@ -191,29 +209,15 @@ def cmd_report(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
-    from fastmon.records import resolve_run
     from fastmon.report import format_text
     from fastmon.summary import summarize
 
-    try:
-        run_dirs = [resolve_run(run, args.runs_dir) for run in args.run]
-    except FileNotFoundError as exc:
-        sys.stderr.write(f"fastmon: {exc}\n")
-        return EXIT_NO_RUN
-    try:
+    def report(run_dirs) -> int:
         summary = summarize(run_dirs)
-    except sqlite3.DatabaseError as exc:
-        return unreadable(run_dirs, exc)
-    print(json.dumps(summary, indent=1) if args.json else format_text(summary))
-    return 0
+        print(json.dumps(summary, indent=1) if args.json else format_text(summary))
+        return 0
 
-
-def unreadable(run_dirs: list, exc: sqlite3.DatabaseError) -> int:
-    from fastmon.records import RECORD_FILE
-
-    where = ", ".join(str(Path(run) / RECORD_FILE) for run in run_dirs)
-    sys.stderr.write(f"fastmon: cannot read {where}: {exc} (not a fastmon record, or a damaged one)\n")
-    return EXIT_BAD_RUN
+    return with_runs(args.run, args.runs_dir, report)
 
 
 def cmd_export(argv: list[str]) -> int:
@@ -223,27 +227,21 @@ def cmd_export(argv: list[str]) -> int:
     parser.add_argument("-o", "--out", help="the trace file (default RUN/trace.json; a .gz name is gzipped)")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
-    from fastmon.records import resolve_run
     from fastmon.trace_export import chrome_trace, write
 
-    try:
-        run_dir = resolve_run(args.run, args.runs_dir)
-    except FileNotFoundError as exc:
-        sys.stderr.write(f"fastmon: {exc}\n")
-        return EXIT_NO_RUN
-    try:
-        trace = chrome_trace(run_dir)
-    except sqlite3.DatabaseError as exc:
-        return unreadable([run_dir], exc)
-    out = Path(args.out) if args.out else run_dir / "trace.json"
-    try:
-        write(trace, out)
-    except OSError as exc:
-        sys.stderr.write(f"fastmon: cannot write {out}: {exc.strerror or exc}\n")
-        return EXIT_CANT_RECORD
-    steps = sum(1 for event in trace["traceEvents"] if event.get("cat") == "step")
-    print(f"wrote {out} ({steps:,} steps): open it in https://ui.perfetto.dev or chrome://tracing")
-    return 0
+    def export(run_dirs) -> int:
+        trace = chrome_trace(run_dirs[0])
+        out = Path(args.out) if args.out else run_dirs[0] / "trace.json"
+        try:
+            write(trace, out)
+        except OSError as exc:
+            sys.stderr.write(f"fastmon: cannot write {out}: {exc.strerror or exc}\n")
+            return EXIT_CANT_RECORD
+        steps = sum(1 for event in trace["traceEvents"] if event.get("cat") == "step")
+        print(f"wrote {out} ({steps:,} steps): open it in https://ui.perfetto.dev or chrome://tracing")
+        return 0
+
+    return with_runs([args.run], args.runs_dir, export)
 
 
 def cmd_replay(argv: list[str]) -> int:
@@ -251,19 +249,10 @@ def cmd_replay(argv: list[str]) -> int:
     parser.add_argument("run", nargs="?", default="latest")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
-    from fastmon.records import resolve_run
-
-    try:
-        run_dir = resolve_run(args.run, args.runs_dir)
-    except FileNotFoundError as exc:
-        sys.stderr.write(f"fastmon: {exc}\n")
-        return EXIT_NO_RUN
     from fastmon.tui.launch import run_replay
 
-    try:
-        return run_replay(run_dir)
-    except sqlite3.DatabaseError as exc:  # the record is read whole before the dashboard starts
-        return unreadable([run_dir], exc)
+    # The record is read whole before the dashboard starts: a bad one never reaches it.
+    return with_runs([args.run], args.runs_dir, lambda run_dirs: run_replay(run_dirs[0]))
 
 
 def cmd_doctor(argv: list[str]) -> int:
