@@ -62,19 +62,23 @@ def chrome_trace(run_dir) -> dict:
             args.update(phase_ms)
             out.append(_counter("phase ms", pid, start, us, phase_ms))
             if row[_I["mem_alloc"]] is not None and row[_I["mem_reserved"]]:
-                out.append(_counter("torch memory MiB", pid, start, us,
-                                    {"allocated": round(row[_I["mem_alloc"]] / MIB, 1),
-                                     "reserved": round(row[_I["mem_reserved"]] / MIB, 1)}))
+                out.append(_counter("torch allocated MiB", pid, start, us, {"MiB": round(row[_I["mem_alloc"]] / MIB, 1)}))
+                out.append(_counter("torch reserved MiB", pid, start, us, {"MiB": round(row[_I["mem_reserved"]] / MIB, 1)}))
         out.append({"name": f"step {step}", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID,
                     "ts": ts, "dur": round((end - ts) * 1e3) / 1e3, "args": args})
     for row in device:
         start = step_start.get((row[_D["rank"]], row[_D["step"]]))
         if start is not None:
-            values = {name.removeprefix("device_"): round((row[_D[name]] or 0.0) * 1e3, 4) for name in DEVICE_FIELDS[2:]}
-            out.append(_counter("device ms (CUDA events)", row[_D["rank"]] + 1, start, us, values))
+            ms = {name.removeprefix("device_"): round((row[_D[name]] or 0.0) * 1e3, 4) for name in DEVICE_FIELDS[2:]}
+            pid = row[_D["rank"]] + 1
+            out += [_counter("device step ms (CUDA events)", pid, start, us, {"ms": ms.pop("step")}),
+                    _counter("device idle before forward ms", pid, start, us, {"ms": ms.pop("idle_before_forward")}),
+                    _counter("device phases ms", pid, start, us, ms)]
+    roles = sorted({proc["role"] for _, source, data in samples if source == "host"
+                    for proc in data.get("processes", [])})
     for t, source, data in samples:
         if source == "host":
-            out += _host_counters(t, us, data)
+            out += _host_counters(t, us, data, roles)
         elif source == "gpu":
             out += _gpu_counters(t, us, data)
     for event in events:
@@ -122,31 +126,29 @@ def _params(params: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
-def _host_counters(t: float, us, data: dict) -> list[dict]:
+# A counter with several series is drawn stacked (chrome://tracing) or as a track each
+# (Perfetto): several series only where their sum means something (phases, roles).
+def _host_counters(t: float, us, data: dict, roles: list[str]) -> list[dict]:
+    """``roles``: every role the run's samples name, so that one gone from a sample reads 0."""
     if "cpu_per_core" not in data:
         return []
     cores = data["cpu_per_core"] or [0.0]
-    by_role: dict[str, list[dict]] = {}
+    cpu, rss = dict.fromkeys(roles, 0.0), dict.fromkeys(roles, 0.0)
     for proc in data.get("processes", []):
-        by_role.setdefault(proc["role"], []).append(proc)
-    out = [_counter("machine CPU % (mean of cores)", HOST_PID, t, us, {"cpu": round(sum(cores) / len(cores), 1)}),
-           _counter("machine RAM GiB", HOST_PID, t, us, {"used": round(data.get("ram_used", 0) / 2**30, 2)})]
-    if by_role:
-        out.append(_counter("process CPU % (of one core)", HOST_PID, t, us,
-                            {role: round(sum(p["cpu"] for p in procs), 1) for role, procs in by_role.items()}))
-        out.append(_counter("process RSS MiB", HOST_PID, t, us,
-                            {role: round(sum(p["rss"] for p in procs) / MIB, 1) for role, procs in by_role.items()}))
+        cpu[proc["role"]] += proc["cpu"]
+        rss[proc["role"]] += proc["rss"] / MIB
+    out = [_counter("machine CPU % (mean of cores)", HOST_PID, t, us, {"%": round(sum(cores) / len(cores), 1)}),
+           _counter("machine RAM used GiB", HOST_PID, t, us, {"GiB": round(data.get("ram_used", 0) / 2**30, 2)})]
+    if roles:
+        out += [_counter("process CPU % (of one core)", HOST_PID, t, us, {r: round(v, 1) for r, v in cpu.items()}),
+                _counter("process RSS MiB", HOST_PID, t, us, {r: round(v, 1) for r, v in rss.items()})]
     return out
+
+
+GPU_SERIES = (("util", "util %", 1), ("mem_used", "memory used GiB", 2**30), ("power_w", "power W", 1),
+              ("sm_clock", "SM clock MHz", 1), ("temp_c", "temperature C", 1))
 
 
 def _gpu_counters(t: float, us, gpus: list[dict]) -> list[dict]:
-    out = []
-    for gpu in gpus:
-        values = {"util %": gpu.get("util"), "memory GiB": _scaled(gpu.get("mem_used"), 2**30),
-                  "power W": gpu.get("power_w"), "SM clock MHz": gpu.get("sm_clock"), "temp C": gpu.get("temp_c")}
-        out.append(_counter(f"GPU {gpu['index']}", HOST_PID, t, us, {k: v for k, v in values.items() if v is not None}))
-    return out
-
-
-def _scaled(value, unit: float):
-    return None if value is None else round(value / unit, 3)
+    return [_counter(f"GPU {gpu['index']} {label}", HOST_PID, t, us, {label: round(gpu[key] / unit, 3)})
+            for gpu in gpus for key, label, unit in GPU_SERIES if gpu.get(key) is not None]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import sqlite3
 
 from conftest import ROOT, SCRIPTS
 
@@ -53,6 +54,26 @@ def test_advice_and_the_changes_applied_are_marked(run_fastmon, tmp_path):
     marks = {e["name"] for e in events if e["ph"] == "i"}
     assert {"applied: num_workers=2", "applied: num_workers=4", "advice: dataloader.num_workers",
             "experiment 1: dataloader.num_workers kept 2.40x"} <= marks
+
+
+def test_gpu_samples_and_device_times_become_counters_of_one_quantity_each(run_fastmon, tmp_path):
+    # The recorded CPU run, with what a CUDA run's record adds (no GPU here: rows as the
+    # session writes them, benchmarks/gpu_check.py covers a real device).
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "data" / "starved-run", run)
+    with sqlite3.connect(run / "run.sqlite") as db:
+        (t,) = db.execute("SELECT min(t) FROM samples").fetchone()
+        gpu = [{"index": 0, "util": 55, "mem_used": 3 * 2**30, "power_w": None, "sm_clock": 1400, "temp_c": 60}]
+        db.execute("INSERT INTO samples VALUES (?, 'gpu', ?)", (t, json.dumps(gpu)))
+        db.execute("INSERT INTO device_steps VALUES (0, 5, 0.010, 0.004, 0.005, 0.001, 0.0002)")
+    assert run_fastmon("export", run).returncode == 0
+    counters = {e["name"]: e["args"] for e in json.loads((run / "trace.json").read_text())["traceEvents"]
+                if e["ph"] == "C"}
+    assert counters["GPU 0 util %"] == {"util %": 55}
+    assert counters["GPU 0 memory used GiB"] == {"memory used GiB": 3.0}
+    assert "GPU 0 power W" not in counters  # not read on that GPU: no track, not a zero
+    assert counters["device step ms (CUDA events)"] == {"ms": 10.0}
+    assert counters["device phases ms"] == {"forward": 4.0, "backward": 5.0, "optimizer": 1.0}
 
 
 def test_a_missing_run_is_named(run_fastmon):
