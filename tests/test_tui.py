@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections import Counter
 
@@ -145,9 +146,11 @@ async def test_a_busy_machine_slows_the_redraw_to_once_a_second(tmp_path):
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             assert app.redraw_every == REDRAW_EVERY
-            await wait_until(pilot, lambda: app.redraw_every == BUSY_REDRAW_EVERY)
-            await pilot.pause(1.5)
-            assert "redrawn once a second: the cores are busy" in text_of(app.query_one(RunHeader))
+            # from the first steps on, the workers spin on every core (before them, torch's
+            # import alone may read busy for a moment on a small machine)
+            await wait_until(pilot, lambda: app.snapshot is not None and app.snapshot.steps > 0)
+            await wait_until(pilot, lambda: app.redraw_every == BUSY_REDRAW_EVERY
+                             and "redrawn once a second: the cores are busy" in text_of(app.query_one(RunHeader)))
             await wait_until(pilot, lambda: app.snapshot.status == "finished")
             assert app.redraw_every == REDRAW_EVERY
             await pilot.press("q")
@@ -161,7 +164,7 @@ async def test_replay_shows_the_numbers_of_the_report(tmp_path):
     shutil.copytree(RECORDED, run)
     report = summarize(run)
     app = FastmonApp(ReplaySource(run))
-    async with app.run_test(size=(160, 48)) as pilot:
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
         await pilot.pause(0.3)
         header = text_of(app.query_one(RunHeader))
         assert f"step {report['steps']}" in header
@@ -174,6 +177,12 @@ async def test_replay_shows_the_numbers_of_the_report(tmp_path):
         assert app.source.position == 2
         await pilot.press("end")
         assert app.source.position == report["steps"]
+        # e writes the run's trace into its folder, and says where
+        await pilot.press("e")
+        trace_file = run / "trace.json"
+        await wait_until(pilot, lambda: any("Trace written" in text_of(toast) for toast in app.query("Toast")))
+        steps = [e for e in json.loads(trace_file.read_text())["traceEvents"] if e["ph"] == "X"]
+        assert len(steps) == report["steps"]
         await pilot.press("q")
 
 

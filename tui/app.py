@@ -44,6 +44,7 @@ class FastmonApp(App[str | None]):
         Binding("enter", "detail", "Detail", show=False),
         Binding("c", "applied", "Applied"),
         Binding("p", "pause", "Pause charts"),
+        Binding("e", "export", "Export trace", show=False),  # in the help: the footer is full at 80 columns
         Binding("question_mark", "help", "Help"),
         # Replay's scrubber: priority over the advice list, and only in replay (check_action).
         Binding("left", "scrub(-1)", "Step -", priority=True),
@@ -189,6 +190,24 @@ class FastmonApp(App[str | None]):
     def action_pause(self) -> None:
         self.paused = not self.paused
         self.notify("Charts paused (training continues)" if self.paused else "Charts resumed", timeout=2)
+
+    def action_export(self) -> None:
+        self.notify("Writing the trace…", timeout=2)
+        self.export_trace()
+
+    @work(thread=True, exclusive=True, group="export")
+    def export_trace(self) -> None:
+        """The run's record as a Chrome trace in its folder; a live run's, as far as it is written."""
+        from fastmon.trace_export import chrome_trace, write
+
+        out = self.source.run_dir / "trace.json"
+        try:
+            write(chrome_trace(self.source.run_dir), out)
+        except Exception as exc:  # a full disk, a record being replaced: said, never a crash
+            self.call_from_thread(self.notify, f"Could not write the trace: {exc}", severity="error")
+            return
+        self.call_from_thread(self.notify, f"Trace written: {out} — open it in ui.perfetto.dev or chrome://tracing",
+                              timeout=10)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
@@ -154,6 +155,10 @@ class LiveSource:
                      rank_rows=rank_rows, facts=facts, argv=argv, host=host, gpu_samples=gpu,
                      gpu_note=session.gpu.note, advice=advice, applied=applied, dropped=dropped)
 
+    @property
+    def run_dir(self):
+        return self.session.run_dir
+
     def new_output(self) -> list[tuple[str, str]]:
         state = self.session.state
         with self.session.lock:
@@ -172,6 +177,7 @@ class ReplaySource:
     def __init__(self, run_dir) -> None:
         from fastmon.records import RunRecord
 
+        self.run_dir = Path(run_dir)
         record = RunRecord(run_dir)
         try:
             self.meta = record.meta()

@@ -19,6 +19,7 @@ HELP = """\
 | `d` | dismiss the selected advice |
 | `c` | applied changes with their measured before/after |
 | `p` | pause / resume the charts (the training keeps running) |
+| `e` | export the run, as recorded so far, as a trace for Perfetto or chrome://tracing (`RUN/trace.json`) |
 | `q`, `ctrl+c` | quit: stop the training, or detach and let it finish headless |
 | `←` `→` `home` `end` | replay: move through the recorded steps (shift: 10x) |
 | `?` | this help; `escape` closes it |
