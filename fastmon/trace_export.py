@@ -7,7 +7,7 @@ the slice's arguments and a counter track per phase, for the steps the probe tim
 record keeps their totals, not when inside the step each phase ran, so they are not
 drawn as slices within it). Beside them: allocator memory and CUDA-event device times
 per step, the host and GPU samples as counters, and the probe's events, the advice and
-the applied changes as instant events. Times are µs from the run's start.
+the applied changes as instant events. Times are whole µs from the run's start.
 """
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ def chrome_trace(run_dir) -> dict:
     starts = [row[_I["t_end"]] - row[_I["wall"]] for row in steps]
     t0 = min((t for t in (meta.get("started"), *starts) if t), default=0.0)
 
-    def us(t: float) -> float:
-        return round((t - t0) * 1e9) / 1e3  # whole ns: the viewers read ts + dur back exactly
+    def us(t: float) -> int:
+        # Whole µs: every viewer reads an integer back exactly, where a fraction may be
+        # truncated to ns on reading (older Perfetto), which can make back-to-back slices
+        # overlap by 1 ns. The exact times are in each step's arguments.
+        return round((t - t0) * 1e6)
 
     out: list[dict] = [_name("process_name", HOST_PID, None, "host (fastmon samples)")]
     step_start = {}
@@ -53,8 +56,8 @@ def chrome_trace(run_dir) -> dict:
         rank, step, pid = row[_I["rank"]], row[_I["step"]], row[_I["rank"]] + 1
         step_start[rank, step] = start
         # Back-to-back steps share an instant; Unix times as doubles are exact to ~0.2 µs,
-        # and a slice that starts inside the one before is not nested, which the viewers reject.
-        ts = max(us(start), previous_end.get(rank, 0.0))
+        # and a slice that starts inside the one before is read as nested in it.
+        ts = max(us(start), previous_end.get(rank, 0))
         end = previous_end[rank] = max(us(row[_I["t_end"]]), ts)
         args = {"wall_ms": round(row[_I["wall"]] * 1e3, 4), "samples": row[_I["samples"]], "timed": bool(row[_I["timed"]])}
         if row[_I["timed"]]:
@@ -65,7 +68,7 @@ def chrome_trace(run_dir) -> dict:
                 out.append(_counter("torch allocated MiB", pid, start, us, {"MiB": round(row[_I["mem_alloc"]] / MIB, 1)}))
                 out.append(_counter("torch reserved MiB", pid, start, us, {"MiB": round(row[_I["mem_reserved"]] / MIB, 1)}))
         out.append({"name": f"step {step}", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID,
-                    "ts": ts, "dur": round((end - ts) * 1e3) / 1e3, "args": args})
+                    "ts": ts, "dur": end - ts, "args": args})
     for row in device:
         start = step_start.get((row[_D["rank"]], row[_D["step"]]))
         if start is not None:

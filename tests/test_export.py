@@ -11,10 +11,6 @@ import sqlite3
 from conftest import ROOT, SCRIPTS
 
 
-def ns(us: float) -> int:
-    return round(us * 1000)  # how the viewers read JSON µs
-
-
 def test_every_step_is_a_slice_and_the_timed_ones_carry_their_phases(run_fastmon, report, tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "exit_code.py", "--steps", "300")
     assert out.returncode == 0, out.stderr
@@ -29,9 +25,11 @@ def test_every_step_is_a_slice_and_the_timed_ones_carry_their_phases(run_fastmon
     assert [e["name"] for e in steps] == [f"step {n}" for n in range(summary["steps"])]
     assert abs(sum(e["dur"] for e in steps) / 1e6 - summary["duration_s"]) < 1e-3
     for slice_ in steps:
-        assert abs(slice_["dur"] / 1e3 - slice_["args"]["wall_ms"]) < 1e-3
-    # one after another on the rank's track, none starting inside the one before
-    assert all(ns(a["ts"]) + ns(a["dur"]) <= ns(b["ts"]) for a, b in zip(steps, steps[1:]))
+        assert abs(slice_["dur"] / 1e3 - slice_["args"]["wall_ms"]) <= 2e-3  # rounded to the µs at each end
+    # one after another on the rank's track, none starting inside the one before, in whole
+    # µs (which every viewer reads back exactly)
+    assert all(isinstance(e["ts"], int) and isinstance(e["dur"], int) for e in steps)
+    assert all(a["ts"] + a["dur"] <= b["ts"] for a, b in zip(steps, steps[1:]))
 
     timed = [e for e in steps if e["args"]["timed"]]
     assert summary["timed_steps"] == len(timed) < len(steps)  # the probe sampled them
