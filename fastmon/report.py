@@ -79,4 +79,7 @@ def format_text(s: dict) -> str:
         lines.append("  make it permanent (so the next run starts fast without fastmon):")
         for change in s["permanent_changes"]:
             lines.append(f"    {change}")
+    lines.append("")
+    folder = s["run"] if s.get("folders", 1) == 1 else "NODE_RUN"  # replay and export take one folder
+    lines.append(f"  step by step: fastmon replay {folder} · as a Perfetto trace: fastmon export {folder}")
     return "\n".join(lines)

@@ -62,7 +62,7 @@ def summarize(run_dir) -> dict:
         ranks = sorted({r[_I["rank"]] for r in all_rows})
         primary = [r for r in all_rows if r[_I["rank"]] == (ranks[0] if ranks else 0)]
         exit_codes = [m.get("exit_code") for m in metas]
-        summary = {"run": ", ".join(map(str, dirs)), "script": meta.get("script"),
+        summary = {"run": ", ".join(map(str, dirs)), "folders": len(dirs), "script": meta.get("script"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
                    **window_summary(Window.from_rows(primary))}
         summary["ranks"] = []
