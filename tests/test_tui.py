@@ -6,8 +6,11 @@ import asyncio
 import json
 import shutil
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal
 
 from conftest import EXAMPLES, ROOT
 from fastmon.session import RunOptions, Session
@@ -20,6 +23,7 @@ from fastmon.tui.screens.help_screen import HelpScreen
 from fastmon.tui.screens.quit_screen import QuitScreen
 from fastmon.tui.snapshot import LiveSource, ReplaySource
 from fastmon.tui.widgets.advice_list import AdviceList
+from fastmon.tui.widgets.gpu_panel import PLOT_MAX_GPUS, GpuPanel
 from fastmon.tui.widgets.run_header import RunHeader
 from fastmon.tui.widgets.shares_bar import SharesBar
 from fastmon.tui.widgets.step_breakdown import EIGHTHS, StepBreakdown
@@ -194,3 +198,35 @@ def test_main_screen_snapshot(snap_compare, tmp_path, size):
         await pilot.pause(0.6)  # two redraw ticks after the first layout
 
     assert snap_compare(FastmonApp(ReplaySource(run)), terminal_size=size, run_before=settle)
+
+
+class PanelsOnly(App):
+    CSS_PATH = ROOT / "tui" / "fastmon.tcss"
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="panels"):
+            yield GpuPanel(id="gpu-panel")
+
+
+def gpu_snapshot(count: int) -> SimpleNamespace:
+    # NVML samples as the session records them (no GPU here; benchmarks/gpu_check.py reads real ones)
+    gpus = [{"index": i, "name": "NVIDIA H200", "util": 40 + i, "mem_used": 20 * 2**30, "mem_total": 141 * 2**30,
+             "power_w": 300.0, "sm_clock": 1980, "temp_c": 50, "process_mem": 18 * 2**30} for i in range(count)]
+    history = {i: {"util": [40.0] * 30, "mem": [14.0] * 30} for i in range(count)}
+    return SimpleNamespace(gpu=gpus, gpu_note="", gpu_history=history,
+                           torch_memory={"allocated": 2**34, "reserved": 2**35, "peak": 2**35})
+
+
+@pytest.mark.parametrize("count", [1, 8])
+async def test_every_gpu_of_a_node_has_its_row(count):
+    app = PanelsOnly()
+    async with app.run_test(size=(160, 48)) as pilot:
+        panel = app.query_one(GpuPanel)
+        panel.show(gpu_snapshot(count))
+        await pilot.pause()
+        rows = app.query_one("#gpu-text")
+        assert rows.region.height == count + 1  # a row per GPU, and torch's allocator
+        assert panel.content_region.contains_region(rows.region)  # none cut off by the panel
+        assert text_of(rows).splitlines()[count - 1].startswith(f"GPU{count - 1} util {39 + count}%")
+        # a plot of 8 GPUs would be a line high: the rows are the view then
+        assert app.query_one("#gpu-plot").display == (count <= PLOT_MAX_GPUS)

@@ -14,7 +14,15 @@ def gib(n) -> str:
     return f"{(n or 0) / 2**30:.1f}"
 
 
+# Past this many GPUs their rows fill the panel: the plot would be a line or two high.
+PLOT_MAX_GPUS = 3
+
+
 class GpuPanel(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._rows = 0  # the text's rows at the last update
+
     def compose(self) -> ComposeResult:
         yield Static(id="gpu-text")
         yield PlotextPlot(id="gpu-plot")
@@ -22,22 +30,27 @@ class GpuPanel(Vertical):
     def show(self, snap) -> None:
         text = self.query_one("#gpu-text", Static)
         plot = self.query_one("#gpu-plot", PlotextPlot)
+        text.set_class(bool(snap.gpu), "rows")
         if not snap.gpu:
             plot.display = False
-            text.update(Text(snap.gpu_note or "GPU: no samples yet", style="yellow"), layout=False)
+            text.update(Text(snap.gpu_note or "GPU: no samples yet", style="yellow"))
+            self._rows = 0
             return
-        plot.display = True
+        plot.display = len(snap.gpu) <= PLOT_MAX_GPUS
         lines = []
-        for d in snap.gpu:
+        for d in snap.gpu:  # one row each, what matters first: a narrow panel cuts the end
             lines.append(
-                f"GPU{d['index']} {d.get('name') or ''}  util {d.get('util')}%  mem {gib(d.get('mem_used'))}/"
-                f"{gib(d.get('mem_total'))} GiB  {d.get('power_w') or 0:.0f} W  SM {d.get('sm_clock')} MHz  "
-                f"{d.get('temp_c')}°C  this run {gib(d.get('process_mem'))} GiB")
+                f"GPU{d['index']} util {d.get('util')}%  mem {gib(d.get('mem_used'))}/{gib(d.get('mem_total'))} GiB  "
+                f"this run {gib(d.get('process_mem'))} GiB  {d.get('power_w') or 0:.0f} W  SM {d.get('sm_clock')} MHz  "
+                f"{d.get('temp_c')}°C  {d.get('name') or ''}")
         mem = snap.torch_memory
         if mem:
             lines.append(f"torch allocator: allocated {gib(mem['allocated'])} · reserved {gib(mem['reserved'])} · "
                          f"peak {gib(mem['peak'])} GiB")
-        text.update("\n".join(lines), layout=False)
+        text.update("\n".join(lines), layout=len(lines) != self._rows)  # its height follows the GPU count
+        self._rows = len(lines)
+        if not plot.display:
+            return
         plt = plot.plt
         plt.clear_figure()
         plt.title("GPU utilization and memory, %")
