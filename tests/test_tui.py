@@ -149,9 +149,9 @@ async def test_a_busy_machine_slows_the_redraw_to_once_a_second(tmp_path):
     app = FastmonApp(LiveSource(session), session=session)
     try:
         async with app.run_test(size=(160, 48)) as pilot:
-            assert app.redraw_every == REDRAW_EVERY
-            # from the first steps on, the workers spin on every core (before them, torch's
-            # import alone may read busy for a moment on a small machine)
+            # From the first steps on, the workers spin on every core. Before them the pace
+            # is whatever the machine is doing (torch's import alone, or the test before
+            # winding down, can read busy for a moment on 2 cores).
             await wait_until(pilot, lambda: app.snapshot is not None and app.snapshot.steps > 0)
             await wait_until(pilot, lambda: app.redraw_every == BUSY_REDRAW_EVERY
                              and "redrawn once a second: the cores are busy" in text_of(app.query_one(RunHeader)))
