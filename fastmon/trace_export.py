@@ -20,7 +20,7 @@ from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import DEVICE_FIELDS, RunRecord
 
 HOST_PID = 0  # the machine's counters; rank R's process is R + 1
-STEPS_TID, DEVICE_TID = 1, 2
+STEPS_TID = 1
 MIB = 2**20
 
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
@@ -51,7 +51,7 @@ def chrome_trace(run_dir) -> dict:
         out += [_name("process_name", rank + 1, None, f"rank {rank}"),
                 _name("process_sort_index", rank + 1, None, rank + 1),
                 _name("thread_name", rank + 1, STEPS_TID, "steps (host)")]
-    previous_end: dict[int, float] = {}
+    previous_end: dict[int, int] = {}  # rank -> its last slice's end
     for row, start in zip(steps, starts):
         rank, step, pid = row[_I["rank"]], row[_I["step"]], row[_I["rank"]] + 1
         step_start[rank, step] = start
@@ -91,7 +91,7 @@ def chrome_trace(run_dir) -> dict:
     for item in advice:
         out.append(_instant(f"advice: {item['id']}", HOST_PID, advice_times.get(item["id"], t0), us, item))
     for item in applied:
-        verdict = "kept" if item.get("kept") else "reverted"
+        verdict = "kept" if item.get("kept") else "failed" if item.get("state") == "failed" else "reverted"  # as the report
         speedup = f" {item['speedup']:.2f}x" if item.get("speedup") else ""
         out.append(_instant(f"experiment {item['exp']}: {item['id']} {verdict}{speedup}", HOST_PID,
                             applied_times.get(item["exp"], t0), us, item))
