@@ -221,8 +221,8 @@ def cmd_report(argv: list[str]) -> int:
 
 
 def cmd_export(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fastmon export",
-                                     description="Write a recorded run as a Chrome trace, for Perfetto or chrome://tracing.")
+    parser = argparse.ArgumentParser(
+        prog="fastmon export", description="Write a recorded run as a Chrome trace, for Perfetto or chrome://tracing.")
     parser.add_argument("run", nargs="?", default="latest", help="a run folder, or 'latest' (default)")
     parser.add_argument("-o", "--out", help="the trace file (default RUN/trace.json; a .gz name is gzipped)")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))

@@ -59,14 +59,15 @@ def chrome_trace(run_dir) -> dict:
         # and a slice that starts inside the one before is read as nested in it.
         ts = max(us(start), previous_end.get(rank, 0))
         end = previous_end[rank] = max(us(row[_I["t_end"]]), ts)
-        args = {"wall_ms": round(row[_I["wall"]] * 1e3, 4), "samples": row[_I["samples"]], "timed": bool(row[_I["timed"]])}
+        args = {"wall_ms": round(row[_I["wall"]] * 1e3, 4), "samples": row[_I["samples"]],
+                "timed": bool(row[_I["timed"]])}
         if row[_I["timed"]]:
             phase_ms = {p: round((row[_I[p]] or 0.0) * 1e3, 4) for p in PHASES}
             args.update(phase_ms)
             out.append(_counter("phase ms", pid, start, us, phase_ms))
             if row[_I["mem_alloc"]] is not None and row[_I["mem_reserved"]]:
-                out.append(_counter("torch allocated MiB", pid, start, us, {"MiB": round(row[_I["mem_alloc"]] / MIB, 1)}))
-                out.append(_counter("torch reserved MiB", pid, start, us, {"MiB": round(row[_I["mem_reserved"]] / MIB, 1)}))
+                for label, field in (("torch allocated MiB", "mem_alloc"), ("torch reserved MiB", "mem_reserved")):
+                    out.append(_counter(label, pid, start, us, {"MiB": round(row[_I[field]] / MIB, 1)}))
         out.append({"name": f"step {step}", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID,
                     "ts": ts, "dur": end - ts, "args": args})
     for row in device:
@@ -91,7 +92,8 @@ def chrome_trace(run_dir) -> dict:
     for item in advice:
         out.append(_instant(f"advice: {item['id']}", HOST_PID, advice_times.get(item["id"], t0), us, item))
     for item in applied:
-        verdict = "kept" if item.get("kept") else "failed" if item.get("state") == "failed" else "reverted"  # as the report
+        # worded as the report words it
+        verdict = "kept" if item.get("kept") else "failed" if item.get("state") == "failed" else "reverted"
         speedup = f" {item['speedup']:.2f}x" if item.get("speedup") else ""
         out.append(_instant(f"experiment {item['exp']}: {item['id']} {verdict}{speedup}", HOST_PID,
                             applied_times.get(item["exp"], t0), us, item))
