@@ -16,6 +16,7 @@ from conftest import EXAMPLES, ROOT
 from fastmon.session import RunOptions, Session
 from fastmon.summary import summarize
 from fastmon.tui.app import BUSY_REDRAW_EVERY, REDRAW_EVERY, FastmonApp
+from fastmon.tui.messages import RunEnded
 from fastmon.tui.colors import PHASE_COLORS
 from fastmon.tui.screens.advice_screen import AdviceScreen
 from fastmon.tui.screens.applied_screen import AppliedScreen
@@ -24,6 +25,7 @@ from fastmon.tui.screens.quit_screen import QuitScreen
 from fastmon.tui.snapshot import LiveSource, ReplaySource
 from fastmon.tui.widgets.advice_list import AdviceList
 from fastmon.tui.widgets.gpu_panel import PLOT_MAX_GPUS, GpuPanel
+from fastmon.tui.widgets.log_pane import LogPane
 from fastmon.tui.widgets.run_header import RunHeader
 from fastmon.tui.widgets.shares_bar import SharesBar
 from fastmon.tui.widgets.step_breakdown import EIGHTHS, StepBreakdown
@@ -230,3 +232,20 @@ async def test_every_gpu_of_a_node_has_its_row(count):
         assert text_of(rows).splitlines()[count - 1].startswith(f"GPU{count - 1} util {39 + count}%")
         # a plot of 8 GPUs would be a line high: the rows are the view then
         assert app.query_one("#gpu-plot").display == (count <= PLOT_MAX_GPUS)
+
+
+async def test_the_end_of_the_run_during_teardown_is_no_crash(tmp_path):
+    # The run's end (or a redraw tick) can arrive while the app closes and its widgets go
+    # (seen once in CI after q, s): nothing to draw then, and no traceback.
+    run = tmp_path / "run"
+    shutil.copytree(RECORDED, run)
+    app = FastmonApp(ReplaySource(run))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.3)
+        await app.query_one(RunHeader).remove()
+        await app.query_one(LogPane).remove()
+        app.redraw()
+        app.post_message(RunEnded(0))
+        await pilot.pause(0.3)
+        await pilot.press("q")
+    assert app.return_value is None

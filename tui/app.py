@@ -6,6 +6,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Static
 
 from fastmon.tui.messages import ApplyAdvice, DismissAdvice, RunEnded
@@ -101,6 +102,12 @@ class FastmonApp(App[str | None]):
 
     # --- drawing ----------------------------------------------------------------------
     def redraw(self) -> None:
+        try:
+            self._redraw()
+        except NoMatches:
+            pass  # the app is closing: a timer's tick or the run's end came while its widgets go
+
+    def _redraw(self) -> None:
         log = self.query_one(LogPane)
         chunks = self.source.new_output()
         if chunks:
@@ -157,8 +164,12 @@ class FastmonApp(App[str | None]):
         self.post_message(RunEnded(code))
 
     def on_run_ended(self, message: RunEnded) -> None:
-        self.query_one(LogPane).add(self.source.new_output())
-        self.query_one(LogPane).flush_partial()
+        try:
+            log = self.query_one(LogPane)
+        except NoMatches:
+            return  # the app is closing already
+        log.add(self.source.new_output())
+        log.flush_partial()
         self.paused = False
         self.redraw()
         if self.exit_on_finish or self.stopping:
