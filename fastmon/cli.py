@@ -227,21 +227,18 @@ def cmd_export(argv: list[str]) -> int:
     parser.add_argument("-o", "--out", help="the trace file (default RUN/trace.json; a .gz name is gzipped)")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
-    from fastmon.trace_export import chrome_trace, write
+    from fastmon.trace_export import export
 
-    def export(run_dirs) -> int:
-        trace = chrome_trace(run_dirs[0])
-        out = Path(args.out) if args.out else run_dirs[0] / "trace.json"
+    def write_trace(run_dirs) -> int:
         try:
-            write(trace, out)
+            out, steps = export(run_dirs[0], Path(args.out) if args.out else None)
         except OSError as exc:
-            sys.stderr.write(f"fastmon: cannot write {out}: {exc.strerror or exc}\n")
+            sys.stderr.write(f"fastmon: cannot write {exc.filename or args.out}: {exc.strerror or exc}\n")
             return EXIT_CANT_RECORD
-        steps = sum(1 for event in trace["traceEvents"] if event.get("cat") == "step")
         print(f"wrote {out} ({steps:,} steps): open it in https://ui.perfetto.dev or chrome://tracing")
         return 0
 
-    return with_runs([args.run], args.runs_dir, export)
+    return with_runs([args.run], args.runs_dir, write_trace)
 
 
 def cmd_replay(argv: list[str]) -> int:

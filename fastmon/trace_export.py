@@ -102,14 +102,19 @@ def chrome_trace(run_dir) -> dict:
                           "exit_code": meta.get("exit_code"), "started_unix_s": t0}}
 
 
-def write(trace: dict, out: Path) -> None:
+def export(run_dir, out: Path | None = None) -> tuple[Path, int]:
+    """Write ``run_dir``'s trace to ``out`` (default: ``trace.json`` in the run folder; a
+    ``.gz`` name is gzipped, which both viewers open). Returns the file and its step count."""
+    trace = chrome_trace(run_dir)
+    out = Path(run_dir) / "trace.json" if out is None else out
     text = json.dumps(trace, separators=(",", ":"), default=str)
-    if out.suffix == ".gz":  # both viewers open gzipped traces
+    if out.suffix == ".gz":
         import gzip
 
         out.write_bytes(gzip.compress(text.encode()))
     else:
         out.write_text(text)
+    return out, sum(1 for event in trace["traceEvents"] if event.get("cat") == "step")
 
 
 def _name(kind: str, pid: int, tid: int | None, value) -> dict:

@@ -209,16 +209,15 @@ class FastmonApp(App[str | None]):
     @work(thread=True, exclusive=True, group="export")
     def export_trace(self) -> None:
         """The run's record as a Chrome trace in its folder; a live run's, as far as it is written."""
-        from fastmon.trace_export import chrome_trace, write
+        from fastmon.trace_export import export
 
-        out = self.source.run_dir / "trace.json"
         try:
-            write(chrome_trace(self.source.run_dir), out)
+            out, steps = export(self.source.run_dir)
         except Exception as exc:  # a full disk, a record being replaced: said, never a crash
             self.call_from_thread(self.notify, f"Could not write the trace: {exc}", severity="error")
             return
-        self.call_from_thread(self.notify, f"Trace written: {out} — open it in ui.perfetto.dev or chrome://tracing",
-                              timeout=10)
+        self.call_from_thread(self.notify, f"Trace written: {out} ({steps:,} steps) — open it in ui.perfetto.dev "
+                              "or chrome://tracing", timeout=10)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
