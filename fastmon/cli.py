@@ -176,11 +176,12 @@ def cmd_demo(argv: list[str]) -> int:
     parser.add_argument("--apply", choices=("ask", "auto", "never"), default="auto")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the demo ends")
     args = parser.parse_args(argv)
     from fastmon.examples import starved
 
-    run = [*(["--headless"] if args.headless else []), "--apply", args.apply, "--runs-dir", args.runs_dir,
-           starved.__file__, "--epochs", str(args.epochs)]
+    run = [*(["--headless"] if args.headless else []), *(["--exit-on-finish"] if args.exit_on_finish else []),
+           "--apply", args.apply, "--runs-dir", args.runs_dir, starved.__file__, "--epochs", str(args.epochs)]
     return cmd_run(run)
 
 

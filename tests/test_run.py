@@ -338,3 +338,13 @@ def test_a_deleted_optimizer_and_model_are_freed(run_fastmon):
     out = run_fastmon("run", "--headless", SCRIPTS / "optimizer_freed.py")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [f"trial {trial}: optimizer freed True, model freed True" for trial in (0, 1)]
+
+
+def test_the_demo_shows_a_starved_run_and_the_advisor_fixing_it(run_fastmon, report):
+    # The README's main command, headless: the starved example with --apply auto.
+    out = run_fastmon("demo", "--headless", "--epochs", "2", timeout=400)
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    assert summary["exit_code"] == 0
+    (workers,) = [a for a in summary["applied"] if a["id"] == "dataloader.num_workers"]
+    assert workers["kept"] and workers["speedup"] > 1.5 and workers["params"]["num_workers"] > 0
