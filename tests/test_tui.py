@@ -24,7 +24,7 @@ from fastmon.tui.screens.help_screen import HelpScreen
 from fastmon.tui.screens.quit_screen import QuitScreen
 from fastmon.tui.snapshot import LiveSource, ReplaySource
 from fastmon.tui.widgets.advice_list import AdviceList
-from fastmon.tui.widgets.gpu_panel import PLOT_MAX_GPUS, GpuPanel
+from fastmon.tui.widgets.gpu_panel import PLOT_EVERY, PLOT_MAX_GPUS, GpuPanel
 from fastmon.tui.widgets.log_pane import LogPane
 from fastmon.tui.widgets.run_header import RunHeader
 from fastmon.tui.widgets.shares_bar import SharesBar
@@ -232,6 +232,26 @@ async def test_every_gpu_of_a_node_has_its_row(count):
         assert text_of(rows).splitlines()[count - 1].startswith(f"GPU{count - 1} util {39 + count}%")
         # a plot of 8 GPUs would be a line high: the rows are the view then
         assert app.query_one("#gpu-plot").display == (count <= PLOT_MAX_GPUS)
+
+
+async def test_the_gpu_plot_draws_at_most_every_few_seconds_and_always_the_latest_samples():
+    app = PanelsOnly()
+    async with app.run_test(size=(160, 48)) as pilot:
+        panel = app.query_one(GpuPanel)
+        plot = app.query_one("#gpu-plot")
+        snap = gpu_snapshot(1)
+        panel.show(snap)
+        await pilot.pause()
+        assert "util 0 40%" in text_of(plot)
+        for util in (41, 42, 43):  # the sampler's next samples, faster than the plot's pace
+            snap.gpu[0]["util"] = util
+            snap.gpu_history = {0: {"util": [40.0] * 30 + [float(util)], "mem": [14.0] * 31}}
+            panel.show(snap)
+            await pilot.pause(0.1)
+        assert text_of(app.query_one("#gpu-text")).startswith("GPU0 util 43%")  # the rows follow every sample
+        assert "util 0 40%" in text_of(plot)  # the plot waits its turn
+        await pilot.pause(PLOT_EVERY)
+        assert "util 0 43%" in text_of(plot)  # and then draws the latest, with no sample after it
 
 
 async def test_the_end_of_the_run_during_teardown_is_no_crash(tmp_path):

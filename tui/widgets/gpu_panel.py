@@ -3,6 +3,8 @@ process's memory beside torch's allocator view. Without a GPU: one line saying w
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -16,12 +18,19 @@ def gib(n) -> str:
 
 # Past this many GPUs their rows fill the panel: the plot would be a line or two high.
 PLOT_MAX_GPUS = 3
+# plotext takes 30-40 ms to draw one GPU's 60 s (more with more GPUs): at the sampler's
+# 2 Hz that was 8% of a core. The rows carry every sample; the plot, like nvitop's, at
+# most once in this many seconds, and the latest samples always (a trailing draw).
+PLOT_EVERY = 2.0
 
 
 class GpuPanel(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._rows = 0  # the text's rows at the last update
+        self._history: dict = {}  # the samples the plot is to show
+        self._plotted_at = float("-inf")
+        self._trailing_draw = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="gpu-text")
@@ -51,11 +60,22 @@ class GpuPanel(Vertical):
         self._rows = len(lines)
         if not plot.display:
             return
+        self._history = snap.gpu_history
+        wait = self._plotted_at + PLOT_EVERY - time.monotonic()
+        if wait <= 0:
+            self._plot()
+        elif self._trailing_draw is None:
+            self._trailing_draw = self.set_timer(wait, self._plot)
+
+    def _plot(self) -> None:
+        self._trailing_draw = None
+        self._plotted_at = time.monotonic()
+        plot = self.query_one("#gpu-plot", PlotextPlot)
         plt = plot.plt
         plt.clear_figure()
         plt.title("GPU utilization and memory, %")
-        for index, hist in snap.gpu_history.items():
-            plt.plot(hist["util"], label=f"util {index}", color="green")
-            plt.plot(hist["mem"], label=f"mem {index}", color="magenta")
+        for index, hist in self._history.items():
+            plt.plot(hist["util"], label=f"util {index} {hist['util'][-1]:.0f}%", color="green")
+            plt.plot(hist["mem"], label=f"mem {index} {hist['mem'][-1]:.0f}%", color="magenta")
         plt.ylim(0, 100)
         plot.refresh()
