@@ -17,6 +17,8 @@ Checks:
   amp_bf16            bf16 autocast hot-applied (on accept) on a matmul-heavy model: faster, kept
   oom_revert          a batch increase that would run out of memory is refused (tried
                       between steps) and training goes on unchanged
+  profile_capture     `--profile-at`: a torch.profiler capture of CUDA steps holds the
+                      kernels (top operators by self CUDA time) and the trace file
 """
 
 from __future__ import annotations
@@ -256,6 +258,19 @@ def check_oom_revert(cwd: Path) -> str:
     return "8x batch refused after a trial between steps (out of memory); training finished unchanged"
 
 
+def check_profile_capture(cwd: Path) -> str:
+    loop = script(cwd, "matmul.py", MATMUL_LOOP)
+    out = fastmon(["run", "--headless", "--profile-at", 50, "--profile-steps", 3, loop, 200, 2048, 256], cwd)
+    assert out.returncode == 0, out.stderr[-2000:]
+    [capture] = report(cwd)["profiles"]
+    assert not capture.get("error"), capture["error"]
+    assert Path(capture["file"]).is_file(), capture["file"]
+    kernels = capture.get("top_device") or []
+    assert kernels and kernels[0]["self_us"] > 0, f"no CUDA kernels in the capture: {capture.get('top_cpu')}"
+    return (f"steps {capture['first']}-{capture['last']}: top kernel {kernels[0]['name'][:60]} "
+            f"{kernels[0]['share']:.0%} of CUDA time; {len(capture.get('patterns') or [])} anti-pattern finding(s)")
+
+
 CHECKS = {
     "events_vs_profiler": check_events_vs_profiler,
     "no_added_sync": check_no_added_sync,
@@ -265,6 +280,7 @@ CHECKS = {
     "starved_fixed": check_starved_fixed,
     "amp_bf16": check_amp_bf16,
     "oom_revert": check_oom_revert,
+    "profile_capture": check_profile_capture,
 }
 
 

@@ -26,7 +26,7 @@ TORCHRUN_VALUE_OPTIONS = {
     "--log-dir", "--role", "--local-addr",
 }
 TORCHRUN_FLAGS = {"--standalone"}
-RUN_VALUE_OPTIONS = {"--apply", "--allow", "--runs-dir"}
+RUN_VALUE_OPTIONS = {"--apply", "--allow", "--runs-dir", "--profile-at", "--profile-steps"}
 RUN_FLAGS = {"--headless", "--exit-on-finish", "--allow-batch-change", "--every-step", "-h", "--help"}
 
 
@@ -65,10 +65,12 @@ def split_run_args(argv: list[str]):
 
 
 def run_parser() -> argparse.ArgumentParser:
+    from fastmon.session import PROFILE_STEPS
+
     parser = argparse.ArgumentParser(
         prog="fastmon run", description="Run a training script under fastmon, like `python SCRIPT ARGS`.",
         usage="fastmon run [--headless] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
-              "[--every-step] [--exit-on-finish] [torchrun options] (SCRIPT | -m MODULE) [ARGS...]")
+              "[--every-step] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] [torchrun options] (SCRIPT | -m MODULE) [ARGS...]")
     parser.add_argument("--headless", action="store_true", help="no dashboard: output passes through, "
                         "a status line every few seconds on stderr, a summary at the end")
     parser.add_argument("--apply", choices=("ask", "auto", "never"), default=None,
@@ -83,7 +85,24 @@ def run_parser() -> argparse.ArgumentParser:
                         help="time the phases of every step; by default steps shorter than ~50 ms are timed "
                              "in a random sample, which keeps the probe's cost under ~10 µs a step")
     parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the script ends")
+    parser.add_argument("--profile-at", type=count(0), metavar="STEP",
+                        help="capture steps from STEP on with torch.profiler: a trace in the run folder, the top "
+                             "operators and torch's anti-pattern findings (the dashboard's t key does it now)")
+    parser.add_argument("--profile-steps", type=count(1), default=PROFILE_STEPS, metavar="N",
+                        help=f"how many steps a torch.profiler capture covers (default {PROFILE_STEPS})")
     return parser
+
+
+def count(least: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {least}")
+        return value
+    return parse
 
 
 def check_target(target: list[str]) -> None:
@@ -134,7 +153,8 @@ def cmd_run(argv: list[str]) -> int:
     options = RunOptions(target=target, apply=apply,
                          allow=frozenset(filter(None, args.allow.split(","))) | (
                              {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
-                         torchrun=torchrun or None, every_step=args.every_step)
+                         torchrun=torchrun or None, every_step=args.every_step, profile_at=args.profile_at,
+                         profile_steps=args.profile_steps)
     if headless:
         return run_headless(options)
     from fastmon.tui.launch import run_dashboard

@@ -9,6 +9,7 @@ import threading
 from fastmon.advisor.types import gain_text
 from fastmon.advisor import Window, recent
 from fastmon.phases import PHASE_LABELS, PHASES
+from fastmon.report import profile_lines
 
 STATUS_EVERY = 3.0
 STATUS_WINDOW = 50
@@ -40,6 +41,7 @@ class StatusPrinter:
         self.every = every
         self._stop = threading.Event()
         self._seen_advice: set = set()
+        self._seen_events = 0
         self._thread = threading.Thread(target=self._run, daemon=True, name="fastmon-status")
 
     def start(self) -> None:
@@ -52,11 +54,17 @@ class StatusPrinter:
         while not self._stop.wait(self.every):
             try:
                 sys.stderr.write(status_line(self.session) + "\n")
-                for line in self._advice_news():
+                for line in self._advice_news() + self._profile_news():
                     sys.stderr.write(line + "\n")
                 sys.stderr.flush()
             except Exception:  # the status line is a convenience: never take the run down
                 pass
+
+    def _profile_news(self) -> list[str]:
+        with self.session.lock:
+            events = self.session.state.events[self._seen_events:]
+            self._seen_events += len(events)
+        return [f"[fastmon] {line}" for e in events if e.get("kind") == "profile" for line in profile_lines(e)]
 
     def _advice_news(self) -> list[str]:
         out = []

@@ -10,6 +10,24 @@ def mib(n) -> str:
     return f"{(n or 0) / 2**20:,.0f} MiB"
 
 
+def profile_lines(capture: dict) -> list[str]:
+    """One torch.profiler capture (the probe's ``profile`` event), for people."""
+    steps = f"steps {capture['first']}-{capture['last']}" if capture["last"] > capture["first"] else \
+        f"step {capture['first']}"
+    lines = [f"torch.profiler, {steps}, rank {capture.get('rank', 0)}"]
+    if capture.get("error"):
+        return lines + [f"  not captured: {capture['error']}"]
+    lines.append(f"  trace: {capture['file']} (ui.perfetto.dev or chrome://tracing)")
+    for key, what in (("top_cpu", "self CPU"), ("top_device", "self CUDA")):
+        if capture.get(key):
+            lines.append(f"  top operators by {what} time: " + " · ".join(
+                f"{op['name']} {op['share']:.0%} ({op['calls']} calls)" for op in capture[key][:5]))
+    for found in capture.get("patterns") or []:
+        lines.append(f"  torch's anti-pattern check: {found['message']} ({found['name']}, {found['count']}x at "
+                     f"{found['where']})")
+    return lines
+
+
 def format_text(s: dict) -> str:
     lines = []
     exit_code = s.get("exit_code")
@@ -54,6 +72,9 @@ def format_text(s: dict) -> str:
     if s["probe_faults"]:
         for fault in s["probe_faults"]:
             lines.append(f"  probe fault: {fault.get('part')} hooks switched off: {fault.get('error')}")
+    for capture in s.get("profiles") or []:
+        lines.append("")
+        lines += ["  " + line for line in profile_lines(capture)]
     if s["advice"]:
         lines.append("")
         lines.append("  advice:")

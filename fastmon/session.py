@@ -30,6 +30,7 @@ from fastmon.step_events import StepAssembler
 HISTORY = 20_000  # step rows kept in memory per rank for the screens
 ADVISOR_WINDOW = 200  # steps the advisor looks at
 ADVISE_EVERY = 1.0
+PROFILE_STEPS = 5  # steps in a torch.profiler capture unless asked otherwise
 SAMPLE_EVERY = 0.5
 MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representative
 # Under DDP a change is scheduled this far ahead of the furthest rank the monitor has heard
@@ -54,6 +55,8 @@ class RunOptions:
     runs_dir: str = "fastmon-runs"
     torchrun: list[str] | None = None  # torchrun's own options, when launching through it
     every_step: bool = False  # time the phases of every step, not a sample of short ones
+    profile_at: int | None = None  # capture steps from this one with torch.profiler
+    profile_steps: int = PROFILE_STEPS
     python: str = sys.executable
 
 
@@ -101,6 +104,10 @@ class Session:
         self._assemblers: dict[int, StepAssembler] = {}  # rank -> its step rows from its event log
         self.dismissed: set[str] = set()
         self.tried: set[str] = set()
+        self.profiling = False  # a torch.profiler capture asked for or running
+        # The steps captured: slower under the profiler, so no advisor window and no
+        # experiment's measurement counts them.
+        self.captured: list[range] = []
         self._stop = threading.Event()
         self._finish_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -130,6 +137,8 @@ class Session:
             self.recorder.meta(key, value)
         env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_RUN_DIR=str(self.run_dir),
                    PYTHONUNBUFFERED="1", FASTMON_EVERY_STEP="1" if self.options.every_step else "0")
+        if self.options.profile_at is not None:
+            env["FASTMON_PROFILE"] = f"{self.options.profile_at}:{self.options.profile_steps}"
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.state.status = "running"
         self._spawn(self._pump, "stdout", self.proc.stdout)
@@ -190,6 +199,11 @@ class Session:
                 rec.put("facts", (time.time(), message.get("rank", 0), message["key"], json.dumps(message["value"])))
             elif kind == "event":
                 state.events.append(message)
+                if message["kind"] == "profile_started":
+                    self.profiling = True
+                    self.captured.append(range(message["first"], message["first"] + message["steps"]))
+                elif message["kind"] == "profile":
+                    self.profiling = False
                 data = {k: v for k, v in message.items() if k not in ("t", "kind", "rank", "step")}
                 rec.put("events", (time.time(), message.get("rank", 0), message.get("step"), message["kind"],
                                    json.dumps(data, default=str)))
@@ -254,6 +268,15 @@ class Session:
             rank_state = self.state.ranks.get(rank)
             return list(rank_state.rows) if rank_state else []
 
+    def measured_rows(self) -> list:
+        """Rank 0's rows without the steps a torch.profiler capture slowed."""
+        rows = self.rows()
+        with self.lock:
+            captured = list(self.captured)
+        if not captured:
+            return rows
+        return [r for r in rows if not any(r[_STEP] in steps for steps in captured)]
+
     def _advise_loop(self) -> None:
         while not self._stop.wait(ADVISE_EVERY):
             try:
@@ -263,7 +286,7 @@ class Session:
                     self.state.events.append({"kind": "advisor_error", "error": repr(exc)})
 
     def advise_once(self) -> None:
-        rows = self.rows()
+        rows = self.measured_rows()
         usable = rows[MIN_ADVISE_STEPS:] if len(rows) > MIN_ADVISE_STEPS * 2 else []
         self.experiments.tick(rows)
         if not usable:
@@ -300,12 +323,24 @@ class Session:
             if not advice or not advice.get("apply") or self.experiments.busy or self.state.status != "running":
                 return False
             self.tried.add(advice_id)
-            exp = self.experiments.start(advice, self.rows(), warmup=self._warmup_for(advice))
+            exp = self.experiments.start(advice, self.measured_rows(), warmup=self._warmup_for(advice))
             if exp is None:
                 return False
             advice["status"] = "applying"
             self.recorder.put("advice", (advice_id, time.time(), json.dumps(advice)))
             return True
+
+    def profile(self, steps: int = PROFILE_STEPS) -> str | None:
+        """Capture the next ``steps`` steps with torch.profiler (every rank the same ones).
+        None if asked; else why not now."""
+        with self.lock:
+            if self.state.status != "running" or not self.state.ranks:
+                return "no training steps to profile yet" if self.state.status == "running" else "the training has ended"
+            if self.profiling:
+                return "a capture is already under way"
+            self.profiling = True
+        self._send_control({"t": "profile", "steps": steps})
+        return None
 
     def _warmup_for(self, advice: dict):
         """Steps to skip after a change before measuring it. After a DataLoader rebuild the

@@ -78,7 +78,9 @@ def summarize(run_dir) -> dict:
         summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         summary["permanent_changes"] = permanent_changes(summary["applied"], records[0].facts())
-        summary["probe_faults"] = [e for rec in records for e in rec.events() if e["kind"] == "probe_fault"]
+        events = [e for rec in records for e in rec.events()]
+        summary["probe_faults"] = [e for e in events if e["kind"] == "probe_fault"]
+        summary["profiles"] = [e for e in events if e["kind"] == "profile"]
         summary["wall_s"] = round((meta.get("ended") or 0) - (meta.get("started") or 0), 3) if meta.get("ended") else None
         return summary
     finally:

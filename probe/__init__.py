@@ -2,7 +2,8 @@
 
 Hooks and patches that timestamp each step's phase boundaries into the step event log
 (``fastmon.step_events``), the publisher that ships it to the monitor, the facts
-collector and the hot-apply control side.
+collector, the hot-apply control side and the torch.profiler capture asked for from the
+monitor.
 
 May import: the standard library, torch (lazily, inside ``install``) and fastmon's
 shared, dependency-free modules (``phases``, ``wire``, ``step_events``). Never textual,

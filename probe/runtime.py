@@ -20,6 +20,7 @@ from fastmon.probe.guard import Part, describe
 from fastmon.probe.hotapply import HotApply
 from fastmon.probe.loader_hooks import LoaderPart
 from fastmon.probe.optim_hooks import OptimizerPart
+from fastmon.probe.profiling import ProfileCapture
 from fastmon.probe.publisher import Publisher, rank_from_env
 from fastmon.probe.sampling import TimingSchedule
 
@@ -66,6 +67,7 @@ class Probe:
             self.device_part = DevicePart(self)
             self.parts.append(self.device_part)
         self.hot = HotApply(self)
+        self.profile = ProfileCapture(self)
         # What arm/disarm visit; the collectives only once torch.distributed is initialized
         # (seen at the settings poll): no collective can run before.
         self.toggled = [part for part in self.parts if type(part).arm is not Part.arm and part is not self.dist_part]
@@ -99,6 +101,10 @@ class Probe:
         if self.in_fork_child:
             return
         self._all_off()
+        try:
+            self.profile.close()
+        except Exception as exc:
+            self.report_fault("profile", exc)
         self.publisher.close(final={"t": "bye", "steps": self.clock.step})
 
     def suspend(self) -> None:
@@ -160,7 +166,7 @@ class Probe:
         one, or disarm until the drawn step."""
         next_timed = step + self.schedule.gap(step, now_ns)
         if next_timed > step + 1 and not (changed or self.forward_part.discovering or not self.optimizer_part.created
-                                          or self.hot.waiting):
+                                          or self.hot.waiting or self.profile.active is not None):
             self.next_timed_step = next_timed
             self.disarm()
             self._set_wake(optimizer)
@@ -177,7 +183,7 @@ class Probe:
     def _set_wake(self, optimizer) -> None:
         """Untimed steps of ``optimizer`` end the short way until the step before the next
         timed one, or the step of the next gradient-norm sample, whichever comes first."""
-        short_until = self.next_timed_step - 1
+        short_until = min(self.next_timed_step, self.profile.start_at) - 1
         if self.checks_part.on:
             short_until = min(short_until, self.checks_part.next_norm_step)
         if self.hot.waiting or self.publisher.control or not self.optimizer_part.fast or optimizer is None:
@@ -203,7 +209,9 @@ class Probe:
             if self.events is not None:
                 for row in self.events.end_step(self.clock.step - 1):
                     self.message(dict(row, t="device", rank=self.rank))
-            self._plan_next(clock.step - 1, now, self._take_control(), optimizer)
+            changed = self._take_control()
+            changed = self.profile.at_boundary(clock.step) or changed
+            self._plan_next(clock.step - 1, now, changed, optimizer)
         except Exception as exc:
             self._step_fault(exc)
 
@@ -216,7 +224,9 @@ class Probe:
             clock = self.clock
             if optimizer is not None:
                 self.checks_part.grad_norm_if_due(optimizer)
-            resume_timing = self._take_control() or clock.step + 1 >= self.next_timed_step
+            resume_timing = self._take_control()
+            resume_timing = self.profile.at_boundary(clock.step + 1) or resume_timing
+            resume_timing = resume_timing or clock.step + 1 >= self.next_timed_step
             if resume_timing:
                 self.arm()  # the step after a change is timed too: it shows what the change did
             clock.ends.append(perf_counter_ns())
@@ -233,13 +243,18 @@ class Probe:
         control = self.publisher.control
         ran = bool(control)
         while control:
-            self.hot.handle(control.popleft())
+            command = control.popleft()
+            if command.get("t") == "profile":
+                self.profile.request(command)
+            else:
+                self.hot.handle(command)
         if self.hot.waiting:
             ran = self.hot.due() or ran
         return ran
 
     def _step_fault(self, exc: BaseException) -> None:
         self.report_fault("step", exc)
+        self.profile.abandon()
         self._all_off()
         for part in self.parts:
             try:
@@ -262,7 +277,10 @@ class Probe:
             forward.after_step(step)
         backward.after_step(step)
         if step % SETTINGS_EVERY == 0:
-            self.fact("settings", facts.settings())
+            settings = facts.settings()
+            if self.profile.active is not None:
+                settings["profiler_on"] = False  # fastmon's own capture, a few steps long, asked for
+            self.fact("settings", settings)
             self._watch_collectives()
             if not forward.discovering:
                 forward.check_call_slots()

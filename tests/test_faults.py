@@ -116,5 +116,9 @@ def test_ctrl_c_reaches_the_training_when_headless(tmp_path, after_s):
     if after_s:
         assert monitor.returncode == 130, err[-3000:]
         assert "KeyboardInterrupt" in err
-    else:  # stopped, as python stops: 130, or 1 when the interpreter's own start-up is cut short
-        assert monitor.returncode == 130 or (monitor.returncode == 1 and "Fatal Python error" in err), err[-3000:]
+    else:  # stopped, as python stops: 130, or 1 when the interpreter's own start-up is cut short;
+        # or, as python does too, not stopped when the KeyboardInterrupt lands in a callback
+        # that CPython runs with exceptions ignored (importlib's module-lock weakref callback)
+        assert (monitor.returncode == 130 or (monitor.returncode == 1 and "Fatal Python error" in err)
+                or (monitor.returncode == 0 and "Exception ignored in" in err and "KeyboardInterrupt" in err)), \
+            err[-3000:]

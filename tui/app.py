@@ -13,6 +13,7 @@ from fastmon.tui.messages import ApplyAdvice, DismissAdvice, RunEnded
 from fastmon.tui.screens.advice_screen import AdviceScreen
 from fastmon.tui.screens.applied_screen import AppliedScreen
 from fastmon.tui.screens.help_screen import HelpScreen
+from fastmon.tui.screens.profile_screen import ProfileScreen
 from fastmon.tui.screens.quit_screen import QuitScreen
 from fastmon.tui.widgets.advice_list import AdviceList
 from fastmon.tui.widgets.gpu_panel import GpuPanel
@@ -46,6 +47,7 @@ class FastmonApp(App[str | None]):
         Binding("c", "applied", "Applied"),
         Binding("p", "pause", "Pause charts"),
         Binding("e", "export", "Export trace", show=False),  # in the help: the footer is full at 80 columns
+        Binding("t", "profile", "torch.profiler", show=False),
         Binding("question_mark", "help", "Help"),
         # Replay's scrubber: priority over the advice list, and only in replay (check_action).
         Binding("left", "scrub(-1)", "Step -", priority=True),
@@ -68,6 +70,7 @@ class FastmonApp(App[str | None]):
         self.redraw_every = REDRAW_EVERY
         self._redraw_timer = None
         self._shown: dict = {}
+        self._captures_seen = len(source.profiles())  # a live run's new ones open as they come
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -112,7 +115,9 @@ class FastmonApp(App[str | None]):
         chunks = self.source.new_output()
         if chunks:
             log.add(chunks)
-        if self.paused or isinstance(self.screen, (HelpScreen, AdviceScreen, AppliedScreen, QuitScreen)):
+        if not self.source.replay:
+            self._show_new_captures()
+        if self.paused or isinstance(self.screen, (HelpScreen, AdviceScreen, AppliedScreen, QuitScreen, ProfileScreen)):
             return
         snap = self.source.snapshot()
         if self.stopping and snap.status == "running":
@@ -218,6 +223,27 @@ class FastmonApp(App[str | None]):
             return
         self.call_from_thread(self.notify, f"Trace written: {out} ({steps:,} steps) — open it in ui.perfetto.dev "
                               "or chrome://tracing", timeout=10)
+
+    def action_profile(self) -> None:
+        if self.source.replay or not self.running:
+            captures = self.source.profiles()
+            if not captures:
+                self.notify("No torch.profiler capture in this run: t while a run goes, or "
+                            "fastmon run --profile-at STEP", severity="warning")
+                return
+            self.push_screen(ProfileScreen([c for c in captures if c["first"] == captures[-1]["first"]]))
+            return
+        refused = self.session.profile()
+        if refused:
+            self.notify(f"Not profiling now: {refused}.", severity="warning")
+        else:
+            self.notify("torch.profiler: capturing the next steps; the findings open here when they are ready.")
+
+    def _show_new_captures(self) -> None:
+        captures = self.source.profiles()
+        if len(captures) > self._captures_seen and not isinstance(self.screen, ProfileScreen):
+            self.push_screen(ProfileScreen(captures[self._captures_seen:]))
+            self._captures_seen = len(captures)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -159,6 +159,10 @@ class LiveSource:
     def run_dir(self):
         return self.session.run_dir
 
+    def profiles(self) -> list[dict]:
+        with self.session.lock:
+            return [e for e in self.session.state.events if e.get("kind") == "profile"]
+
     def new_output(self) -> list[tuple[str, str]]:
         state = self.session.state
         with self.session.lock:
@@ -188,6 +192,7 @@ class ReplaySource:
             self.advice = record.advice()
             self.applied = record.applied()
             self.log = record.log()
+            self.captures = [e for e in record.events() if e["kind"] == "profile"]
         finally:
             record.close()
         self.rank_rows: dict[int, list] = {}
@@ -231,6 +236,9 @@ class ReplaySource:
                      host=host, gpu_samples=gpu, gpu_note=self.meta.get("gpu_note") or "", advice=self.advice,
                      applied=self.applied, dropped=self.meta.get("dropped", 0),
                      replay=(self.position, len(self.rows)))
+
+    def profiles(self) -> list[dict]:
+        return self.captures
 
     def new_output(self) -> list[tuple[str, str]]:
         if self._log_sent:

@@ -20,6 +20,7 @@ HELP = """\
 | `c` | applied changes with their measured before/after |
 | `p` | pause / resume the charts (the training keeps running) |
 | `e` | export the run, as recorded so far, as a trace for Perfetto or chrome://tracing (`RUN/trace.json`) |
+| `t` | capture the next steps with torch.profiler: the trace, the top operators and torch's anti-pattern check open here when ready (replay: the run's last capture) |
 | `q`, `ctrl+c` | quit: stop the training, or detach and let it finish headless |
 | `←` `→` `home` `end` | replay: move through the recorded steps (shift: 10x) |
 | `?` | this help; `escape` closes it |

@@ -1,0 +1,84 @@
+"""torch.profiler captures on request: `fastmon run --profile-at STEP` (headless here) and
+the dashboard's `t` key, live and in replay."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+from conftest import SCRIPTS, clean_env, run_dirs
+from fastmon.session import RunOptions, Session
+from fastmon.tui.app import FastmonApp
+from fastmon.tui.screens.profile_screen import ProfileScreen
+from fastmon.tui.snapshot import LiveSource, ReplaySource
+
+SCRIPT = SCRIPTS / "profiled_loop.py"
+
+
+def line_of(text: str) -> int:
+    return next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1) if text in line)
+
+
+def test_a_capture_writes_its_trace_and_torchs_findings_and_changes_nothing(run_fastmon, report, tmp_path):
+    bare = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120,
+                          env=clean_env())
+    out = run_fastmon("run", "--headless", "--profile-at", 48, "--profile-steps", 3, SCRIPT)  # over step 50, a settings poll
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == bare.stdout  # the same result to the last digit
+    assert "torch.profiler, steps 48-50, rank 0" in out.stderr  # in the summary (and live on a longer run)
+    summary = report()
+    assert summary["steps"] == 200
+    [capture] = summary["profiles"]
+    assert (capture["first"], capture["last"]) == (48, 50)
+    assert capture["file"] == str(run_dirs(tmp_path)[-1] / "profile-step48.json.gz")
+    trace = json.load(gzip.open(capture["file"]))
+    assert "aten::addmm" in {e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"}
+    assert capture["top_cpu"][0]["name"].startswith("aten::")
+    where = {found["name"]: found["where"] for found in capture["patterns"]}
+    assert where["Gradient Set To Zero Instead of None Pattern"].endswith(
+        f"profiled_loop.py:{line_of('zero_grad(set_to_none=False)')}")  # the user's line, not the probe's
+    assert where["Optimizer Single Tensor Pattern"].endswith(f"profiled_loop.py:{line_of('optimizer.step()')}")
+    # fastmon's own capture is not a profiler "left on"
+    assert "profiler.left_on" not in {a["id"] for a in summary["advice"]}
+
+
+def test_the_scripts_own_profiler_is_left_alone(run_fastmon, report):
+    out = run_fastmon("run", "--headless", "--profile-at", 40, SCRIPT, "--own-profiler")
+    assert out.returncode == 0, out.stderr
+    assert "own profiler saw addmm: True" in out.stdout
+    [capture] = report()["profiles"]
+    assert capture["first"] == 40 and "already running" in capture["error"]
+
+
+async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp_path):
+    session = Session(RunOptions(target=[str(SCRIPT), "--steps", "1000000"], runs_dir=str(tmp_path)))
+    session.start()
+    try:
+        app = FastmonApp(LiveSource(session), session=session)
+        async with app.run_test(size=(160, 48), notifications=True) as pilot:
+            while not session.state.ranks:
+                await pilot.pause(0.1)
+            await pilot.press("t")
+            for _ in range(300):
+                if isinstance(app.screen, ProfileScreen):
+                    break
+                await pilot.pause(0.1)
+            shown = "\n".join(str(capture.render()) for capture in app.screen.query(".capture"))
+            assert "torch.profiler, steps" in shown and "top operators by self CPU time: aten::" in shown
+            assert "Gradient Set To Zero Instead of None Pattern" in shown
+            await pilot.press("escape")
+            assert not isinstance(app.screen, ProfileScreen)
+            await pilot.press("q")
+            await pilot.press("s")
+        assert session.wait() != 0  # stopped with Ctrl-C
+    finally:
+        session.terminate()
+    replay = FastmonApp(ReplaySource(session.run_dir))
+    async with replay.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("t")
+        await pilot.pause(0.3)
+        assert isinstance(replay.screen, ProfileScreen)
+        assert "\n".join(str(c.render()) for c in replay.screen.query(".capture")) == shown
