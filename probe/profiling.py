@@ -46,21 +46,18 @@ class ProfileCapture:
     def __init__(self, probe) -> None:
         self.probe = probe
         self.planned = requested_at_start()  # (first step, steps) of the captures to come, soonest first
+        self.start_at = self.planned[0][0] if self.planned else math.inf  # the next one's first step
         self.active = None  # the running torch.profiler.profile
         self.first = 0
         self.until = 0  # the first step after the capture
         self.started_ns = 0
         self._reports: list[threading.Thread] = []
 
-    @property
-    def start_at(self) -> float:
-        """The first step of the next capture (inf: none planned)."""
-        return self.planned[0][0] if self.planned else math.inf
-
     def request(self, command: dict) -> None:
         """A capture from the next step on (or ``at_step``, the same on every rank)."""
         start = command.get("at_step") or self.probe.clock.step + 1
         self.planned = sorted(self.planned + [(start, max(1, int(command["steps"])))])
+        self.start_at = self.planned[0][0]
 
     def at_boundary(self, next_step: int) -> bool:
         """Between steps, before ``next_step``: start or stop a capture. True if either happened."""
@@ -69,6 +66,7 @@ class ProfileCapture:
             return True
         if self.active is None and next_step >= self.start_at:
             _, steps = self.planned.pop(0)
+            self.start_at = self.planned[0][0] if self.planned else math.inf
             self._start(next_step, steps)
             return True
         return False
@@ -120,7 +118,7 @@ class ProfileCapture:
     def abandon(self) -> None:
         """The probe is going off: a capture still running stops, unreported (the profiler
         would otherwise slow every step to the end)."""
-        profiler, self.active, self.planned = self.active, None, []
+        profiler, self.active, self.planned, self.start_at = self.active, None, [], math.inf
         if profiler is not None:
             try:
                 profiler.stop()

@@ -210,7 +210,9 @@ class Probe:
                 for row in self.events.end_step(self.clock.step - 1):
                     self.message(dict(row, t="device", rank=self.rank))
             changed = self._take_control()
-            changed = self.profile.at_boundary(clock.step) or changed
+            profile = self.profile
+            if profile.active is not None or clock.step >= profile.start_at:
+                changed = profile.at_boundary(clock.step) or changed
             self._plan_next(clock.step - 1, now, changed, optimizer)
         except Exception as exc:
             self._step_fault(exc)
@@ -224,9 +226,10 @@ class Probe:
             clock = self.clock
             if optimizer is not None:
                 self.checks_part.grad_norm_if_due(optimizer)
-            resume_timing = self._take_control()
-            resume_timing = self.profile.at_boundary(clock.step + 1) or resume_timing
-            resume_timing = resume_timing or clock.step + 1 >= self.next_timed_step
+            resume_timing = self._take_control() or clock.step + 1 >= self.next_timed_step
+            profile = self.profile
+            if profile.active is not None or clock.step + 1 >= profile.start_at:
+                resume_timing = profile.at_boundary(clock.step + 1) or resume_timing
             if resume_timing:
                 self.arm()  # the step after a change is timed too: it shows what the change did
             clock.ends.append(perf_counter_ns())
