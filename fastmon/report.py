@@ -75,6 +75,9 @@ def format_text(s: dict) -> str:
     for capture in s.get("profiles") or []:
         lines.append("")
         lines += ["  " + line for line in profile_lines(capture)]
+    if s.get("profile_at") is not None and not any(c["first"] >= s["profile_at"] for c in s.get("profiles") or []):
+        lines += ["", f"  torch.profiler: no capture; --profile-at {s['profile_at']}, and the run ended after "
+                      f"{s['steps']} steps"]
     if s["advice"]:
         lines.append("")
         lines.append("  advice:")

@@ -132,7 +132,8 @@ class Session:
         self.channel.start()
         meta = {"target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
                 "started": self.state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
-                "gpu_note": self.gpu.note, "script": " ".join(self.options.target)}
+                "gpu_note": self.gpu.note, "script": " ".join(self.options.target),
+                "profile_at": self.options.profile_at}
         for key, value in meta.items():
             self.recorder.meta(key, value)
         env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_RUN_DIR=str(self.run_dir),

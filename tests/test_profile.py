@@ -82,3 +82,10 @@ async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp
         await pilot.pause(0.3)
         assert isinstance(replay.screen, ProfileScreen)
         assert "\n".join(str(c.render()) for c in replay.screen.query(".capture")) == shown
+
+
+def test_a_capture_the_run_never_reached_is_said_so(run_fastmon, report):
+    out = run_fastmon("run", "--headless", "--profile-at", 100, SCRIPT, "--steps", 30)
+    assert out.returncode == 0, out.stderr
+    assert "torch.profiler: no capture; --profile-at 100, and the run ended after 30 steps" in out.stderr
+    assert report()["profiles"] == []
