@@ -244,22 +244,24 @@ def cmd_report(argv: list[str]) -> int:
 def cmd_export(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="fastmon export", description="Write a recorded run as a Chrome trace, for Perfetto or chrome://tracing.")
-    parser.add_argument("run", nargs="?", default="latest", help="a run folder, or 'latest' (default)")
-    parser.add_argument("-o", "--out", help="the trace file (default RUN/trace.json; a .gz name is gzipped)")
+    parser.add_argument("run", nargs="*", default=["latest"],
+                        help="a run folder, or 'latest' (default); several folders (one per node) make one trace")
+    parser.add_argument("-o", "--out", help="the trace file (default RUN/trace.json, in the first RUN of several; "
+                                            "a .gz name is gzipped)")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
     from fastmon.trace_export import export
 
     def write_trace(run_dirs) -> int:
         try:
-            out, steps = export(run_dirs[0], Path(args.out) if args.out else None)
+            out, steps = export(run_dirs, Path(args.out) if args.out else None)
         except OSError as exc:
             sys.stderr.write(f"fastmon: cannot write {exc.filename or args.out}: {exc.strerror or exc}\n")
             return EXIT_CANT_RECORD
         print(f"wrote {out} ({steps:,} steps): open it in https://ui.perfetto.dev or chrome://tracing")
         return 0
 
-    return with_runs([args.run], args.runs_dir, write_trace)
+    return with_runs(args.run, args.runs_dir, write_trace)
 
 
 def cmd_replay(argv: list[str]) -> int:

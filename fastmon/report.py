@@ -104,6 +104,9 @@ def format_text(s: dict) -> str:
         for change in s["permanent_changes"]:
             lines.append(f"    {change}")
     lines.append("")
-    folder = s["run"] if s.get("folders", 1) == 1 else "NODE_RUN"  # replay and export take one folder
-    lines.append(f"  step by step: fastmon replay {folder} · as a Perfetto trace: fastmon export {folder}")
+    if s.get("folders", 1) == 1:
+        lines.append(f"  step by step: fastmon replay {s['run']} · as a Perfetto trace: fastmon export {s['run']}")
+    else:  # replay shows one node's folder; export takes them all
+        lines.append(f"  step by step: fastmon replay NODE_RUN · as a Perfetto trace: fastmon export "
+                     f"{s['run'].replace(', ', ' ')} -o run.json")
     return "\n".join(lines)

@@ -8,6 +8,10 @@ record keeps their totals, not when inside the step each phase ran, so they are 
 drawn as slices within it). Beside them: allocator memory and CUDA-event device times
 per step, the host and GPU samples as counters, and the probe's events, the advice and
 the applied changes as instant events. Times are whole µs from the run's start.
+
+A multi-node run has a run folder per node (each node's monitor records its own ranks):
+given them all, one trace holds every rank, each node's samples under a host process of
+its own; the nodes' times are their own clocks' (as in-sync as NTP keeps them).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import DEVICE_FIELDS, RunRecord
 
 HOST_PID = 0  # the machine's counters; rank R's process is R + 1
+NODE_HOST_PID = 1_000_000  # ... and with several nodes, node N's counters are here + N (past any rank)
 STEPS_TID = 1
 MIB = 2**20
 
@@ -27,17 +32,24 @@ _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 _D = {name: i for i, name in enumerate(DEVICE_FIELDS)}
 
 
-def chrome_trace(run_dir) -> dict:
+def _load(run_dir) -> dict:
     record = RunRecord(run_dir)
     try:
-        meta, steps, device = record.meta(), record.steps(), record.device_steps()
-        samples, events, advice, applied = record.samples(), record.events(), record.advice(), record.applied()
-        advice_times = dict(record.db.execute("SELECT id, t FROM advice"))
-        applied_times = dict(record.db.execute("SELECT exp, t FROM applied"))
+        steps = record.steps()
+        return {"meta": record.meta(), "steps": steps, "device": record.device_steps(), "samples": record.samples(),
+                "events": record.events(), "advice": record.advice(), "applied": record.applied(),
+                "advice_times": dict(record.db.execute("SELECT id, t FROM advice")),
+                "applied_times": dict(record.db.execute("SELECT exp, t FROM applied")),
+                "starts": [row[_I["t_end"]] - row[_I["wall"]] for row in steps]}
     finally:
         record.close()
-    starts = [row[_I["t_end"]] - row[_I["wall"]] for row in steps]
-    t0 = min((t for t in (meta.get("started"), *starts) if t), default=0.0)
+
+
+def chrome_trace(run_dirs) -> dict:
+    """``run_dirs``: a run folder, or a multi-node run's folders (one per node)."""
+    dirs = list(run_dirs) if isinstance(run_dirs, (list, tuple)) else [run_dirs]
+    nodes = [_load(run_dir) for run_dir in dirs]
+    t0 = min((t for node in nodes for t in (node["meta"].get("started"), *node["starts"]) if t), default=0.0)
 
     def us(t: float) -> int:
         # Whole µs: every viewer reads an integer back exactly, where a fraction may be
@@ -45,7 +57,25 @@ def chrome_trace(run_dir) -> dict:
         # overlap by 1 ns. The exact times are in each step's arguments.
         return round((t - t0) * 1e6)
 
-    out: list[dict] = [_name("process_name", HOST_PID, None, "host (fastmon samples)")]
+    out: list[dict] = []
+    several = len(dirs) > 1
+    for index, (run_dir, node) in enumerate(zip(dirs, nodes)):
+        host_pid = NODE_HOST_PID + index if several else HOST_PID
+        host_name = f"node {index} host (fastmon samples, {Path(run_dir).name})" if several else "host (fastmon samples)"
+        out += _run_events(node, us, t0, host_pid, host_name)
+    meta = nodes[0]["meta"]
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"fastmon": __version__, "run": ", ".join(map(str, dirs)), "script": meta.get("script"),
+                          "exit_code": next((n["meta"]["exit_code"] for n in nodes if n["meta"].get("exit_code")),
+                                            meta.get("exit_code")),
+                          "started_unix_s": t0}}
+
+
+def _run_events(node: dict, us, t0: float, host_pid: int, host_name: str) -> list[dict]:
+    """One run folder's trace events, its samples under ``host_pid``."""
+    steps, device, samples, events = node["steps"], node["device"], node["samples"], node["events"]
+    advice_times, applied_times, starts = node["advice_times"], node["applied_times"], node["starts"]
+    out: list[dict] = [_name("process_name", host_pid, None, host_name)]
     step_start = {}
     for rank in sorted({row[_I["rank"]] for row in steps}):
         out += [_name("process_name", rank + 1, None, f"rank {rank}"),
@@ -82,31 +112,31 @@ def chrome_trace(run_dir) -> dict:
                     for proc in data.get("processes", [])})
     for t, source, data in samples:
         if source == "host":
-            out += _host_counters(t, us, data, roles)
+            out += _host_counters(t, us, data, roles, host_pid)
         elif source == "gpu":
-            out += _gpu_counters(t, us, data)
+            out += _gpu_counters(t, us, data, host_pid)
     for event in events:
         name = event["kind"] + (f": {_params(event['params'])}" if event.get("params") else "")
         args = {k: v for k, v in event.items() if k not in ("t", "kind")}
         out.append(_instant(name, event["rank"] + 1, event["t"], us, args, scope="p"))
-    for item in advice:
-        out.append(_instant(f"advice: {item['id']}", HOST_PID, advice_times.get(item["id"], t0), us, item))
-    for item in applied:
+    for item in node["advice"]:
+        out.append(_instant(f"advice: {item['id']}", host_pid, advice_times.get(item["id"], t0), us, item))
+    for item in node["applied"]:
         # worded as the report words it
         verdict = "kept" if item.get("kept") else "failed" if item.get("state") == "failed" else "reverted"
         speedup = f" {item['speedup']:.2f}x" if item.get("speedup") else ""
-        out.append(_instant(f"experiment {item['exp']}: {item['id']} {verdict}{speedup}", HOST_PID,
+        out.append(_instant(f"experiment {item['exp']}: {item['id']} {verdict}{speedup}", host_pid,
                             applied_times.get(item["exp"], t0), us, item))
-    return {"traceEvents": out, "displayTimeUnit": "ms",
-            "otherData": {"fastmon": __version__, "run": str(run_dir), "script": meta.get("script"),
-                          "exit_code": meta.get("exit_code"), "started_unix_s": t0}}
+    return out
 
 
-def export(run_dir, out: Path | None = None) -> tuple[Path, int]:
-    """Write ``run_dir``'s trace to ``out`` (default: ``trace.json`` in the run folder; a
-    ``.gz`` name is gzipped, which both viewers open). Returns the file and its step count."""
-    trace = chrome_trace(run_dir)
-    out = Path(run_dir) / "trace.json" if out is None else out
+def export(run_dirs, out: Path | None = None) -> tuple[Path, int]:
+    """Write the trace of a run folder (or of a multi-node run's folders) to ``out``
+    (default: ``trace.json`` in the (first) run folder; a ``.gz`` name is gzipped, which
+    both viewers open). Returns the file and its step count."""
+    trace = chrome_trace(run_dirs)
+    first = run_dirs[0] if isinstance(run_dirs, (list, tuple)) else run_dirs
+    out = Path(first) / "trace.json" if out is None else out
     text = json.dumps(trace, separators=(",", ":"), default=str)
     if out.suffix == ".gz":
         import gzip
@@ -138,7 +168,7 @@ def _params(params: dict) -> str:
 
 # A counter with several series is drawn stacked (chrome://tracing) or as a track each
 # (Perfetto): several series only where their sum means something (phases, roles).
-def _host_counters(t: float, us, data: dict, roles: list[str]) -> list[dict]:
+def _host_counters(t: float, us, data: dict, roles: list[str], pid: int) -> list[dict]:
     """``roles``: every role the run's samples name, so that one gone from a sample reads 0."""
     if "cpu_per_core" not in data:
         return []
@@ -147,11 +177,11 @@ def _host_counters(t: float, us, data: dict, roles: list[str]) -> list[dict]:
     for proc in data.get("processes", []):
         cpu[proc["role"]] += proc["cpu"]
         rss[proc["role"]] += proc["rss"] / MIB
-    out = [_counter("machine CPU % (mean of cores)", HOST_PID, t, us, {"%": round(sum(cores) / len(cores), 1)}),
-           _counter("machine RAM used GiB", HOST_PID, t, us, {"GiB": round(data.get("ram_used", 0) / 2**30, 2)})]
+    out = [_counter("machine CPU % (mean of cores)", pid, t, us, {"%": round(sum(cores) / len(cores), 1)}),
+           _counter("machine RAM used GiB", pid, t, us, {"GiB": round(data.get("ram_used", 0) / 2**30, 2)})]
     if roles:
-        out += [_counter("process CPU % (of one core)", HOST_PID, t, us, {r: round(v, 1) for r, v in cpu.items()}),
-                _counter("process RSS MiB", HOST_PID, t, us, {r: round(v, 1) for r, v in rss.items()})]
+        out += [_counter("process CPU % (of one core)", pid, t, us, {r: round(v, 1) for r, v in cpu.items()}),
+                _counter("process RSS MiB", pid, t, us, {r: round(v, 1) for r, v in rss.items()})]
     return out
 
 
@@ -159,6 +189,6 @@ GPU_SERIES = (("util", "util %", 1), ("mem_used", "memory used GiB", 2**30), ("p
               ("sm_clock", "SM clock MHz", 1), ("temp_c", "temperature C", 1))
 
 
-def _gpu_counters(t: float, us, gpus: list[dict]) -> list[dict]:
-    return [_counter(f"GPU {gpu['index']} {label}", HOST_PID, t, us, {label: round(gpu[key] / unit, 3)})
+def _gpu_counters(t: float, us, gpus: list[dict], pid: int) -> list[dict]:
+    return [_counter(f"GPU {gpu['index']} {label}", pid, t, us, {label: round(gpu[key] / unit, 3)})
             for gpu in gpus for key, label, unit in GPU_SERIES if gpu.get(key) is not None]

@@ -73,6 +73,18 @@ def test_report_merges_run_folders_from_several_nodes(run_fastmon, tmp_path):
     summary = json.loads(merged.stdout)
     assert [r["rank"] for r in summary["ranks"]] == [0, 1]
     assert all(r["steps"] == 6 for r in summary["ranks"])
+    # and one trace of both nodes: every rank's steps, each node's samples on a host track of its own
+    exported = subprocess.run(fastmon_cmd("export", *runs, "-o", "both.json"), cwd=tmp_path, capture_output=True,
+                              text=True, env=clean_env(), timeout=60)
+    assert exported.returncode == 0, exported.stderr
+    assert "(12 steps)" in exported.stdout
+    events = json.loads((tmp_path / "both.json").read_text())["traceEvents"]
+    steps = {(e["pid"], e["name"]) for e in events if e.get("cat") == "step"}
+    assert steps == {(rank + 1, f"step {step}") for rank in (0, 1) for step in range(6)}
+    hosts = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name" and "host" in e["args"]["name"]}
+    assert len(hosts) == 2 and not hosts.keys() & {1, 2}  # apart from the ranks' processes
+    assert {e["pid"] for e in events if e.get("ph") == "C" and e["name"].startswith("machine CPU")} == set(hosts)
+    assert min(e["ts"] for e in events if "ts" in e) >= 0
 
 
 def test_hot_apply_lands_on_every_rank_at_the_same_step(run_fastmon, report, tmp_path):
