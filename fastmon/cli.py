@@ -70,7 +70,8 @@ def run_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastmon run", description="Run a training script under fastmon, like `python SCRIPT ARGS`.",
         usage="fastmon run [--headless] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
-              "[--every-step] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] [torchrun options] (SCRIPT | -m MODULE) [ARGS...]")
+              "[--every-step] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] [torchrun options] "
+              "(SCRIPT | -m MODULE) [ARGS...]")
     parser.add_argument("--headless", action="store_true", help="no dashboard: output passes through, "
                         "a status line every few seconds on stderr, a summary at the end")
     parser.add_argument("--apply", choices=("ask", "auto", "never"), default=None,
@@ -85,15 +86,15 @@ def run_parser() -> argparse.ArgumentParser:
                         help="time the phases of every step; by default steps shorter than ~50 ms are timed "
                              "in a random sample, which keeps the probe's cost under ~10 µs a step")
     parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the script ends")
-    parser.add_argument("--profile-at", type=count(0), metavar="STEP",
+    parser.add_argument("--profile-at", type=whole_number(0), metavar="STEP",
                         help="capture steps from STEP on with torch.profiler: a trace in the run folder, the top "
                              "operators and torch's anti-pattern findings (the dashboard's t key does it now)")
-    parser.add_argument("--profile-steps", type=count(1), default=PROFILE_STEPS, metavar="N",
+    parser.add_argument("--profile-steps", type=whole_number(1), default=PROFILE_STEPS, metavar="N",
                         help=f"how many steps a torch.profiler capture covers (default {PROFILE_STEPS})")
     return parser
 
 
-def count(least: int):
+def whole_number(least: int):
     def parse(text: str) -> int:
         try:
             value = int(text)
