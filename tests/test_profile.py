@@ -9,12 +9,14 @@ import subprocess
 import sys
 
 from conftest import SCRIPTS, clean_env, run_dirs
+from fastmon.phases import STEP_FIELDS
 from fastmon.session import RunOptions, Session
 from fastmon.tui.app import FastmonApp
 from fastmon.tui.screens.profile_screen import ProfileScreen
 from fastmon.tui.snapshot import LiveSource, ReplaySource
 
 SCRIPT = SCRIPTS / "profiled_loop.py"
+STEP = STEP_FIELDS.index("step")
 
 
 def line_of(text: str) -> int:
@@ -68,6 +70,10 @@ async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp
             shown = "\n".join(str(capture.render()) for capture in app.screen.query(".capture"))
             assert "torch.profiler, steps" in shown and "top operators by self CPU time: aten::" in shown
             assert "Gradient Set To Zero Instead of None Pattern" in shown
+            # the captured steps ran slower: recorded, but out of what the advisor and experiments measure
+            [captured] = session.captured
+            assert set(captured) <= {row[STEP] for row in session.rows()}
+            assert not set(captured) & {row[STEP] for row in session.measured_rows()}
             await pilot.press("escape")
             assert not isinstance(app.screen, ProfileScreen)
             await pilot.press("q")

@@ -9,6 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.widgets import Footer, Static
 
+from fastmon.session import PROFILE_STEPS
 from fastmon.tui.messages import ApplyAdvice, DismissAdvice, RunEnded
 from fastmon.tui.screens.advice_screen import AdviceScreen
 from fastmon.tui.screens.applied_screen import AppliedScreen
@@ -237,7 +238,8 @@ class FastmonApp(App[str | None]):
         if refused:
             self.notify(f"Not profiling now: {refused}.", severity="warning")
         else:
-            self.notify("torch.profiler: capturing the next steps; the findings open here when they are ready.")
+            self.notify(f"torch.profiler: capturing the next {PROFILE_STEPS} steps; the findings open here when "
+                        "they are ready.")
 
     def _show_new_captures(self) -> None:
         captures = self.source.profiles()
