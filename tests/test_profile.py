@@ -63,6 +63,8 @@ async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp
             while not session.state.ranks:
                 await pilot.pause(0.1)
             await pilot.press("t")
+            # until the findings come back (the trace and tables take a while): the header says so
+            assert app.source.snapshot().capturing
             for _ in range(300):
                 if isinstance(app.screen, ProfileScreen):
                     break

@@ -22,7 +22,7 @@ from fastmon.tui.screens.advice_screen import AdviceScreen
 from fastmon.tui.screens.applied_screen import AppliedScreen
 from fastmon.tui.screens.help_screen import HelpScreen
 from fastmon.tui.screens.quit_screen import QuitScreen
-from fastmon.tui.snapshot import LiveSource, ReplaySource
+from fastmon.tui.snapshot import LiveSource, ReplaySource, Snapshot
 from fastmon.tui.widgets.advice_list import AdviceList
 from fastmon.tui.widgets.gpu_panel import PLOT_EVERY, PLOT_MAX_GPUS, GpuPanel
 from fastmon.tui.widgets.log_pane import LogPane
@@ -252,6 +252,27 @@ async def test_the_gpu_plot_draws_at_most_every_few_seconds_and_always_the_lates
         assert "util 0 40%" in text_of(plot)  # the plot waits its turn
         await pilot.pause(PLOT_EVERY)
         assert "util 0 43%" in text_of(plot)  # and then draws the latest, with no sample after it
+
+
+class HeaderOnly(App):
+    CSS_PATH = ROOT / "tui" / "fastmon.tcss"
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="header")
+
+
+async def test_the_header_says_while_torch_profiler_captures():
+    app = HeaderOnly()
+    async with app.run_test(size=(160, 10)) as pilot:
+        header = app.query_one(RunHeader)
+        snap = Snapshot(title="train.py", status="running", steps=120, run={"steps_per_s": 10.0})
+        header.show(snap)
+        await pilot.pause()
+        assert "torch.profiler" not in text_of(header)
+        snap.capturing = True
+        header.show(snap)
+        await pilot.pause()
+        assert "torch.profiler capturing: these steps run slower" in text_of(header)
 
 
 async def test_the_end_of_the_run_during_teardown_is_no_crash(tmp_path):

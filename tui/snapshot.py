@@ -44,6 +44,7 @@ class Snapshot:
     straggler: int | None = None
     replay: tuple | None = None  # (position, last) in replay mode
     dropped: int = 0
+    capturing: bool = False  # a torch.profiler capture asked for or under way
 
 
 def chart_buckets(rows: list) -> tuple[list[dict], int]:
@@ -99,11 +100,11 @@ def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
 
 
 def build(*, title, status, exit_code, elapsed, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
-          advice, applied, dropped, replay=None) -> Snapshot:
+          advice, applied, dropped, replay=None, capturing=False) -> Snapshot:
     """``run``: the run-wide figures (``summary.rates``); ``rows``: the latest steps, enough for the chart."""
     snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=run["steps"],
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
-                    run=run)
+                    run=run, capturing=capturing)
     snap.recent = Window.from_rows(recent(rows, RECENT_STEPS))
     snap.buckets, snap.bucket_steps = chart_buckets(rows)
     timed = [r for r in rows[-RECENT_STEPS:] if r[_I["timed"]]]
@@ -148,12 +149,14 @@ class LiveSource:
             advice = [dict(a) for a in state.advice.values()]
             applied = list(state.applied)
             status, exit_code, dropped = state.status, state.exit_code, state.dropped
+            capturing = session.profiling
             elapsed = (state.ended or time.time()) - state.started
         rows = rank_rows.get(min(rank_rows), []) if rank_rows else []
         argv = list(session.options.target[2:] if session.options.target[0] == "-m" else session.options.target[1:])
         return build(title=self.title, status=status, exit_code=exit_code, elapsed=elapsed, run=run, rows=rows,
                      rank_rows=rank_rows, facts=facts, argv=argv, host=host, gpu_samples=gpu,
-                     gpu_note=session.gpu.note, advice=advice, applied=applied, dropped=dropped)
+                     gpu_note=session.gpu.note, advice=advice, applied=applied, dropped=dropped,
+                     capturing=capturing)
 
     @property
     def run_dir(self):

@@ -42,6 +42,8 @@ class RunHeader(Static):
                      style="bold")
         if snap.eta_s is not None:
             line2.append(f" · ETA {clock(snap.eta_s)}")
+        if snap.capturing and snap.status == "running":
+            line2.append(" · torch.profiler capturing: these steps run slower", style="bold yellow")
         if busy_redraw:
             line2.append(" · redrawn once a second: the cores are busy", style="dim")
         if snap.dropped:
