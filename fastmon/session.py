@@ -204,7 +204,11 @@ class Session:
                     self.profiling = True
                     self.captured.append(range(message["first"], message["first"] + message["steps"]))
                 elif message["kind"] == "profile":
+                    # Until its tables were done the training shared the process with them: those
+                    # steps are left out too.
                     self.profiling = False
+                    if self.captured and self.captured[-1].start == message["first"]:
+                        self.captured[-1] = range(message["first"], max(message["step"] + 1, self.captured[-1].stop))
                 data = {k: v for k, v in message.items() if k not in ("t", "kind", "rank", "step")}
                 rec.put("events", (time.time(), message.get("rank", 0), message.get("step"), message["kind"],
                                    json.dumps(data, default=str)))
