@@ -159,11 +159,17 @@ def top_ops(profiler) -> dict:
     device_calls: collections.Counter = collections.Counter()
     for event in profiler.profiler.kineto_results.events():
         device = str(event.device_type())
+        if device.endswith("CPU") and event.is_python_function():
+            continue  # a Python frame (with_stack), not an operator
+        try:
+            name = event.name()
+        except UnicodeDecodeError:  # torch 2.13 sometimes hands over a name that is not UTF-8
+            continue
         if device.endswith("CUDA"):
-            device_ns[event.name()] += event.duration_ns()
-            device_calls[event.name()] += 1
-        elif device.endswith("CPU") and not event.is_python_function():
-            spans_by_thread[event.start_thread_id()].append((event.start_ns(), event.end_ns(), event.name()))
+            device_ns[name] += event.duration_ns()
+            device_calls[name] += 1
+        elif device.endswith("CPU"):
+            spans_by_thread[event.start_thread_id()].append((event.start_ns(), event.end_ns(), name))
     self_ns: collections.Counter = collections.Counter()
     calls: collections.Counter = collections.Counter()
     for spans in spans_by_thread.values():

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import SCRIPTS, clean_env, run_dirs
 from fastmon.phases import STEP_FIELDS
 from fastmon.session import PROFILE_STEPS, RunOptions, Session
@@ -99,3 +101,30 @@ def test_a_capture_the_run_never_reached_is_said_so(run_fastmon, report):
     assert out.returncode == 0, out.stderr
     assert "torch.profiler: no capture; --profile-at 100, and the run ended after 30 steps" in out.stderr
     assert report()["profiles"] == []
+
+
+def test_the_operator_table_agrees_with_torchs_own():
+    # fastmon works it out from the raw events (key_averages() costs seconds of the training
+    # process's GIL on a big capture): the same operators and self times (the calls may count
+    # an operator that calls itself on another overload twice, as the raw events do)
+    import torch
+    from torch import nn
+
+    from fastmon.probe.profiling import top_ops
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 14 * 14, 10))
+    optimizer = torch.optim.Adam(model.parameters())
+    x = torch.randn(4, 3, 16, 16)
+    # no stacks: key_averages() then reads every Python frame's name, and torch 2.13 sometimes
+    # reads one that is not UTF-8 (UnicodeDecodeError in its _parse_kineto_results)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+    ours = top_ops(profiler)["top_cpu"]
+    theirs = sorted((e for e in profiler.key_averages() if "::" in e.key), key=lambda e: e.self_cpu_time_total,
+                    reverse=True)[:len(ours)]
+    assert [op["name"] for op in ours[:5]] == [e.key for e in theirs[:5]]
+    for op, event in zip(ours, theirs):
+        assert op["self_us"] == pytest.approx(event.self_cpu_time_total, rel=0.01, abs=1.0)
