@@ -18,9 +18,10 @@ def gib(n) -> str:
 
 # Past this many GPUs their rows fill the panel: the plot would be a line or two high.
 PLOT_MAX_GPUS = 3
-# plotext takes 30-40 ms to draw one GPU's 60 s (more with more GPUs): at the sampler's
-# 2 Hz that was 8% of a core. The rows carry every sample; the plot, like nvitop's, at
-# most once in this many seconds, and the latest samples always (a trailing draw).
+# plotext takes tens of ms to draw a GPU's last minute (more with more GPUs): at the
+# sampler's 2 Hz the panel took ~6% of a core (benchmarks/gpu_plot_cpu.py). The rows carry
+# every sample; the plot, like nvitop's, at most once in this many seconds, and the latest
+# samples always (a trailing draw).
 PLOT_EVERY = 2.0
 
 
