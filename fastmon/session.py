@@ -277,10 +277,10 @@ class Session:
         """Rank 0's rows without the steps a torch.profiler capture slowed."""
         rows = self.rows()
         with self.lock:
-            captured = list(self.captured)
-        if not captured:
+            left_out = {step for steps in self.captured for step in steps}
+        if not left_out:
             return rows
-        return [r for r in rows if not any(r[_STEP] in steps for steps in captured)]
+        return [r for r in rows if r[_STEP] not in left_out]
 
     def _advise_loop(self) -> None:
         while not self._stop.wait(ADVISE_EVERY):

@@ -49,7 +49,9 @@ class ProfileCapture:
     def __init__(self, probe) -> None:
         self.probe = probe
         self.planned = requested_at_start()  # (first step, steps) of the captures to come, soonest first
-        self.start_at = self.planned[0][0] if self.planned else math.inf  # the next one's first step
+        # The next one's first step: an attribute, not a property of ``planned``, as every
+        # timed step's end reads it.
+        self.start_at = self.planned[0][0] if self.planned else math.inf
         self.active = None  # the running torch.profiler.profile
         self.first = 0
         self.until = 0  # the first step after the capture
