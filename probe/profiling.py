@@ -110,7 +110,7 @@ class ProfileCapture:
         try:
             folder = os.environ.get("FASTMON_RUN_DIR") or "."
             rank = f"-rank{self.probe.rank}" if self.probe.world_size > 1 else ""
-            path = os.path.join(folder, f"profile-step{first}{rank}.json.gz")
+            path = os.path.join(folder, f"profile-step{first}{rank}.pt.trace.json.gz")
             write_gzipped_trace(profiler, path)
             self._report(first, last, file=os.path.abspath(path), seconds=round(seconds, 3),
                          **top_ops(profiler), patterns=anti_patterns(profiler, self.probe.cuda))

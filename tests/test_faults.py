@@ -75,15 +75,22 @@ def test_killing_the_trainer_leaves_a_readable_record(tmp_path):
     assert '"exit_code": 137' in out.stdout
 
 
-@pytest.mark.parametrize("part", ["forward", "backward", "loader", "optimizer"])
-def test_a_fault_inside_the_probe_is_reported_once_and_changes_nothing(tmp_path, part):
+@pytest.fixture(scope="module")
+def plain_weights() -> str:
+    """What the script prints without fastmon: the same for every part broken."""
     plain = subprocess.run([sys.executable, SCRIPTS / "fault_injection.py"], capture_output=True, text=True,
                            timeout=120, env=clean_env())
+    weights = [line for line in plain.stdout.splitlines() if line.startswith("weights")]
+    assert weights, plain.stderr
+    return weights[0]
+
+
+@pytest.mark.parametrize("part", ["forward", "backward", "loader", "optimizer"])
+def test_a_fault_inside_the_probe_is_reported_once_and_changes_nothing(tmp_path, part, plain_weights):
     watched = subprocess.run(fastmon_cmd("run", "--headless", SCRIPTS / "fault_injection.py", "--break-part", part),
                              cwd=tmp_path, capture_output=True, text=True, timeout=120, env=clean_env())
     assert watched.returncode == 0, watched.stderr
-    weights = [line for line in plain.stdout.splitlines() if line.startswith("weights")]
-    assert weights and weights[0] in watched.stdout.splitlines()
+    assert plain_weights in watched.stdout.splitlines()
     assert watched.stderr.count("hit an internal error and are now off") == 1
     assert "injected fault" in watched.stderr
     report = subprocess.run(fastmon_cmd("report", "--json"), cwd=tmp_path, capture_output=True, text=True,

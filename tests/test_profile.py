@@ -36,7 +36,7 @@ def test_a_capture_writes_its_trace_and_torchs_findings_and_changes_nothing(run_
     assert summary["steps"] == 200
     [capture] = summary["profiles"]
     assert (capture["first"], capture["last"]) == (48, 50)
-    assert capture["file"] == str(run_dirs(tmp_path)[-1] / "profile-step48.json.gz")
+    assert capture["file"] == str(run_dirs(tmp_path)[-1] / "profile-step48.pt.trace.json.gz")
     trace = json.load(gzip.open(capture["file"]))
     assert "aten::addmm" in {e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"}
     assert capture["top_cpu"][0]["name"].startswith("aten::")
