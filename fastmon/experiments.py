@@ -2,7 +2,10 @@
 before and after, keep it if it helped beyond noise, revert it if it hurt or failed.
 
 A search (e.g. num_workers 2, 4, 8, ...) tries candidates in turn while each beats the
-best so far, then settles on the best. Changes that alter the maths of training (AMP,
+best so far, then settles on the best. A change that shows only at epoch starts
+(persistent workers) is measured over whole epochs: before, the last epoch's worth of
+steps; after, an epoch's worth from the second epoch start after the change (the first
+one starts the workers that then persist). Changes that alter the maths of training (AMP,
 TF32) must also beat noise to be kept; safe ones are kept unless they hurt.
 """
 
@@ -30,8 +33,8 @@ def throughput(rows) -> float:
     return sum(r[_SAMPLES] for r in rows) / wall if wall > 0 else 0.0
 
 
-def enough(rows) -> bool:
-    return len(rows) >= MEASURE_STEPS and sum(r[_WALL] for r in rows) >= MIN_MEASURE_SECONDS
+def enough(rows, span: int) -> bool:
+    return len(rows) >= span and sum(r[_WALL] for r in rows) >= MIN_MEASURE_SECONDS
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Experiment:
     changes_maths: bool
     warmup: object  # callable(previous params or None for the run's own settings) -> steps to skip
     started_step: int
+    epoch: tuple[int, int] | None = None  # (steps in an epoch, a step at which one began)
     baseline: float = 0.0
     trials: list = field(default_factory=list)  # [(params, samples_per_s)]
     state: str = "applying"
@@ -88,14 +92,18 @@ class ExperimentRunner:
     def busy(self) -> bool:
         return self.active is not None
 
-    def start(self, advice: dict, rows: list, warmup=lambda previous: WARMUP_STEPS) -> Experiment | None:
+    def start(self, advice: dict, rows: list, warmup=lambda previous: WARMUP_STEPS,
+              epoch: tuple[int, int] | None = None) -> Experiment | None:
+        """``epoch``: (steps in an epoch, the step at which the current one began), for a
+        change that takes effect at the next epoch: not before an epoch's worth of steps
+        is there to compare with. None if it cannot start now."""
         apply = advice.get("apply") or {}
         candidates = list(apply.get("search") or ()) or [apply.get("params", {})]
-        baseline_rows = rows[-BASELINE_STEPS:]
-        if self.active is not None or not baseline_rows:
+        baseline_rows = rows[-max(BASELINE_STEPS, epoch[0] if epoch else 0):]
+        if self.active is not None or not baseline_rows or epoch and len(baseline_rows) < epoch[0]:
             return None
         exp = Experiment(self._next_exp, advice["id"], apply["action"], candidates,
-                         bool(apply.get("changes_maths")), warmup, baseline_rows[-1][_STEP] + 1)
+                         bool(apply.get("changes_maths")), warmup, baseline_rows[-1][_STEP] + 1, epoch)
         self._next_exp += 1
         exp.baseline = throughput(baseline_rows)
         self.active = exp
@@ -130,7 +138,14 @@ class ExperimentRunner:
                 self._conclude(exp)
             return
         exp.note = message.get("note") or exp.note
-        exp.measure_from = int(message.get("step", 0)) + exp.skip
+        step = int(message.get("step", 0))
+        exp.measure_from = step + exp.skip
+        if exp.epoch:
+            # The first epoch to begin after the change starts the workers; the next one
+            # shows what keeping them saves. (An epoch beginning at the very step applied
+            # may have started its workers before: one epoch more is waited then.)
+            length, began = exp.epoch
+            exp.measure_from = began + length * ((step - began) // length + 2)
         exp.state = "finalizing" if exp.state == "finalizing" else "measuring"
 
     def tick(self, rows: list) -> None:
@@ -144,7 +159,7 @@ class ExperimentRunner:
                 self._conclude(exp)
             return
         window = [r for r in rows if r[_STEP] >= exp.measure_from]
-        if not enough(window):
+        if not enough(window, exp.epoch[0] if exp.epoch else MEASURE_STEPS):
             return
         measured = throughput(window)
         if exp.state == "finalizing":

@@ -312,8 +312,7 @@ class Session:
                 self.recorder.put("advice", (advice.id, time.time(), json.dumps(self.state.advice[advice.id])))
         if self.options.apply == "auto" and not self.experiments.busy:
             for advice in found:
-                if self._auto_allowed(advice.to_dict()):
-                    self.apply(advice.id)
+                if self._auto_allowed(advice.to_dict()) and self.apply(advice.id) is None:
                     break
 
     def _auto_allowed(self, advice: dict) -> bool:
@@ -322,18 +321,25 @@ class Session:
             return False
         return apply["action"] in SAFE_ACTIONS and not apply.get("changes_maths") or advice["id"] in self.options.allow
 
-    def apply(self, advice_id: str) -> bool:
+    def apply(self, advice_id: str) -> str | None:
+        """Start the advice's change as an experiment. None if started; else why not now."""
         with self.lock:
             advice = self.state.advice.get(advice_id)
-            if not advice or not advice.get("apply") or self.experiments.busy or self.state.status != "running":
-                return False
+            if not advice or not advice.get("apply"):
+                return "it has no live change"
+            if self.state.status != "running":
+                return "the training has ended"
+            if self.experiments.busy:
+                return "another change is being measured; try again when it is done"
+            epoch = self._epoch_for(advice)
+            if self.experiments.start(advice, self.measured_rows(), warmup=self._warmup_for(advice),
+                                      epoch=epoch) is None:
+                return ("it is measured over whole epochs: an epoch's worth of steps first" if epoch
+                        else "no steps to compare with yet")
             self.tried.add(advice_id)
-            exp = self.experiments.start(advice, self.measured_rows(), warmup=self._warmup_for(advice))
-            if exp is None:
-                return False
             advice["status"] = "applying"
             self.recorder.put("advice", (advice_id, time.time(), json.dumps(advice)))
-            return True
+            return None
 
     def profile(self, steps: int = PROFILE_STEPS) -> str | None:
         """Capture the next ``steps`` steps with torch.profiler (every rank the same ones).
@@ -356,6 +362,16 @@ class Session:
         prefetch = loader.get("prefetch_factor") or 2
         original = loader.get("num_workers", 0)
         return lambda previous: WARMUP_STEPS + prefetch * (previous or {}).get("num_workers", original)
+
+    def _epoch_for(self, advice: dict) -> tuple[int, int] | None:
+        """(steps in an epoch, the current epoch's first step) where the change shows only at
+        epoch starts: persistent workers. Every epoch start restarts the workers until
+        then, so the last start-up the probe recorded began the current epoch."""
+        if advice["apply"].get("params", {}).keys() != {"persistent_workers"}:
+            return None
+        loader = Facts(values=dict(self.state.facts)).training_loader() or {}
+        startups = loader.get("startups")
+        return (loader["len"], startups[-1][0]) if loader.get("len") and startups else None
 
     def dismiss(self, advice_id: str) -> None:
         with self.lock:

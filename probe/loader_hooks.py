@@ -7,9 +7,13 @@ once an iterator delegates to a rebuilt loader); between timed steps the class h
 own ``__next__`` back: two class attribute writes per timed step, against a Python call
 per batch (~1 µs on a ~3 ms step, where torch has left the interpreter's caches cold).
 ``DataLoader.__iter__`` is wrapped for the whole run: it tags each iterator with its
-loader and shows worker start-up. Each loader's fact (settings, epochs, the last
-``iter()`` time) goes out from the publisher's round when an epoch has begun, or at once
-when fastmon changes a setting: short epochs cost the training thread no fact each.
+loader and, where it starts worker processes, puts the ``__next__`` wrapper in until the
+iterator's first batch: workers started with ``spawn`` (macOS's and Windows' default)
+return from ``iter()`` at once and import torch before they deliver, so their start-up
+is the time from ``iter()`` to the first batch. Each loader's fact (settings, epochs,
+the last ``iter()`` time, the last start-ups) goes out from the publisher's round when
+an epoch has begun, or at once when fastmon changes a setting: short epochs cost the
+training thread no fact each.
 
 A rebuild (hot-apply of num_workers / pin_memory / persistent_workers) takes the index
 batches that the live iterator has not yet dispatched, lets the batches already in
@@ -37,6 +41,9 @@ from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import DATA_WAIT
 from fastmon.step_events import ENTER, LEAVE, LEAVE_BATCH
 
+STARTUPS_KEPT = 8  # enough to cover the advisor's window after a settings change or two
+
+
 class LoaderState:
     def __init__(self, loader_id: str, loader: DataLoader, location: str | None) -> None:
         self.id = loader_id
@@ -44,7 +51,9 @@ class LoaderState:
         self.location = location
         self.live: weakref.ref | None = None
         self.description = facts.describe_loader(loader)  # replaced, never changed in place
-        self.epoch: tuple[int, float | None] = (0, None)  # (epochs begun, seconds the last iter() took)
+        # (epochs begun, seconds the last iter() took, the last STARTUPS_KEPT worker start-ups
+        # as (step that waited, seconds from iter() to the first batch))
+        self.epoch: tuple[int, float | None, tuple] = (0, None, ())
         self.reported: tuple | None = None  # (description, epoch) as the last fact had them
 
 
@@ -87,6 +96,7 @@ class LoaderPart(Part):
         self.rebuilt = False  # an iterator delegates to a rebuilt loader (until the run ends)
         self._report_lock = threading.Lock()  # the publisher's round and a settings change both report
         self.timed_next = None
+        self.first_batch_pending: weakref.ref | None = None  # the iterator whose first batch is awaited
 
     # --- patches --------------------------------------------------------------------
     def install(self) -> None:
@@ -97,6 +107,8 @@ class LoaderPart(Part):
 
         def __next__(it):
             tags = it.__dict__
+            if "_fastmon_iter_at" in tags:
+                return part.first_batch(it)
             if not clock.timing or not part.on or get_ident() != main_thread:
                 source = tags.get("_fastmon_source")
                 return source.next() if source is not None else orig_next(it)
@@ -134,6 +146,7 @@ class LoaderPart(Part):
             timing = clock.timing
             if timing:
                 clock.enter(DATA_WAIT)
+            starts_workers = part.starts_workers(loader)
             started = perf_counter()
             try:
                 it = orig_iter(loader)
@@ -141,7 +154,7 @@ class LoaderPart(Part):
                 if timing:
                     clock.leave()
             try:
-                part.on_iter(loader, it, perf_counter() - started)
+                part.on_iter(loader, it, started, starts_workers)
             except Exception as exc:
                 part.fail(exc)
             return it
@@ -151,14 +164,17 @@ class LoaderPart(Part):
 
     def uninstall(self) -> None:
         DataLoader.__iter__ = self._orig_iter
+        self.first_batch_pending = None
         self.disarm()
 
     def arm(self) -> None:
         dl._BaseDataLoaderIter.__next__ = self.timed_next
 
     def disarm(self) -> None:
-        # Iterators that delegate to a rebuilt loader need the wrapper at every batch.
-        if not self.rebuilt:
+        # Iterators that delegate to a rebuilt loader need the wrapper at every batch, and
+        # an iterator's first batch is timed whether its step is or not.
+        pending = self.first_batch_pending
+        if not self.rebuilt and (pending is None or pending() is None):
             dl._BaseDataLoaderIter.__next__ = self._orig_next
 
     # --- timing ---------------------------------------------------------------------
@@ -171,15 +187,46 @@ class LoaderPart(Part):
         except Exception as exc:
             ack(ok=False, error=f"{type(exc).__name__}: {exc}")
 
-    def on_iter(self, loader, it, seconds: float) -> None:
+    def starts_workers(self, loader) -> bool:
+        """Whether ``iter(loader)``, about to run, starts worker processes."""
+        try:
+            return loader.num_workers > 0 and (not loader.persistent_workers
+                                               or getattr(loader, "_iterator", None) is None)
+        except Exception as exc:
+            self.fail(exc)
+            return False
+
+    def on_iter(self, loader, it, started: float, starts_workers: bool) -> None:
         key = id(loader)
         state = self.loaders.get(key)
         if state is None or state.ref() is not loader:
             state = LoaderState(f"L{len(self.loaders)}", loader, fmt(user_frame(3)))
             self.loaders[key] = state
-        state.epoch = (state.epoch[0] + 1, seconds)
+        state.epoch = (state.epoch[0] + 1, perf_counter() - started, state.epoch[2])
         state.live = weakref.ref(it)
         it.__dict__["_fastmon_state"] = state
+        if starts_workers:
+            it.__dict__["_fastmon_iter_at"] = started
+            self.first_batch_pending = weakref.ref(it)
+            self.arm()
+
+    def first_batch(self, it):
+        """The first ``__next__`` of an iterator that started workers (through the timed
+        path when its step is timed): how long after ``iter()`` the first batch came."""
+        started = it.__dict__.pop("_fastmon_iter_at")
+        try:
+            return self.timed_next(it)
+        finally:
+            try:
+                state = it.__dict__.get("_fastmon_state")
+                if state is not None:
+                    startup = (self.probe.clock.step, perf_counter() - started)
+                    state.epoch = (*state.epoch[:2], (*state.epoch[2], startup)[-STARTUPS_KEPT:])
+                self.first_batch_pending = None
+                if not self.probe.clock.timing:
+                    self.disarm()
+            except Exception as exc:
+                self.fail(exc)
 
     def report(self) -> None:
         """Each loader's fact, where an epoch has begun or its settings changed since the
@@ -191,10 +238,11 @@ class LoaderPart(Part):
                     current = (state.description, state.epoch)
                     if current != state.reported:
                         state.reported = current
-                        epochs, seconds = state.epoch
+                        epochs, iter_seconds, startups = state.epoch
                         self.probe.fact(f"loader.{state.id}", dict(state.description, id=state.id,
                                                                    location=state.location, epochs=epochs,
-                                                                   iter_seconds=seconds))
+                                                                   iter_seconds=iter_seconds,
+                                                                   startups=[list(s) for s in startups]))
         except Exception as exc:
             self.fail(exc)
 
@@ -204,7 +252,9 @@ class LoaderPart(Part):
 
     def schedule(self, params: dict, ack) -> None:
         """Apply loader settings: for later epochs at once, for the live epoch at the
-        iterator's next ``__next__`` (so the rebuild's cost shows as data_wait)."""
+        iterator's next ``__next__`` (so the rebuild's cost shows as data_wait). Persistent
+        workers only for later epochs: the live epoch's workers are up already, and a
+        rebuild would start new ones (seconds, where workers are spawned)."""
         state = self.training_loader()
         loader = state.ref() if state else None
         if loader is None:
@@ -213,7 +263,7 @@ class LoaderPart(Part):
         state.description = facts.describe_loader(loader)
         self.report()  # before the acknowledgement: the monitor sees the new settings with it
         live = state.live() if state.live is not None else None
-        if live is None or live._dataset_kind != dl._DatasetKind.Map:
+        if live is None or live._dataset_kind != dl._DatasetKind.Map or params.keys() == {"persistent_workers"}:
             ack(ok=True, note="takes effect at the next epoch")
             return
         live.__dict__["_fastmon_pending"] = (state, params, ack)

@@ -71,8 +71,8 @@ CASES = {
         (rows(ms={"h2d": 3.0, "forward": 4, "backward": 4}, h2d_bytes=2**24, h2d_pageable_bytes=0),
          facts(GPU_ENV, [MLP_GPU], dict(LOADER, pin_memory=True)))),
     "dataloader.persistent_workers": (
-        (rows(), facts(loader=dict(LOADER, num_workers=4, epochs=3, iter_seconds=0.8, len=50))),
-        (rows(), facts(loader=dict(LOADER, num_workers=4, epochs=3, iter_seconds=0.8, len=50,
+        (rows(), facts(loader=dict(LOADER, num_workers=4, epochs=3, startups=[[100, 0.8]], len=50))),
+        (rows(), facts(loader=dict(LOADER, num_workers=4, epochs=3, startups=[[100, 0.8]], len=50,
                                    persistent_workers=True)))),
     "batch_size": (
         (rows(n=40), facts(GPU_ENV, [MLP_GPU], LOADER, [SGD], gpu=GPU_IDLE)),
@@ -183,6 +183,23 @@ def test_num_workers_searches_past_the_core_count_and_estimates_by_amdahl():
     share = 60 / 72
     assert advice.est_gain == pytest.approx(amdahl(share), rel=0.01)
     assert "83%" in advice.evidence and "num_workers=0" in advice.evidence
+
+
+def test_workers_restarted_each_epoch_are_the_fix_before_more_workers():
+    # Spawned workers (macOS, Windows): each epoch's first batch waits seconds for them, in
+    # data_wait. 16-step epochs of 12 ms with 60% data wait, and one 2.5 s start-up at step 32.
+    starved = rows(ms={"data_wait": 7.0, "forward": 5.0}, step=lambda s: s + 10)
+    starved[22] = rows(n=1, ms={"data_wait": 2500.0, "forward": 5.0}, step=32)[0]
+    spawned = dict(LOADER, num_workers=2, epochs=3, len=16, startups=[[5, 2.51], [32, 2.51]])
+    advice = fired(starved, facts(loader=spawned))
+    assert set(advice) == {"dataloader.persistent_workers"}
+    persistent = advice["dataloader.persistent_workers"]
+    assert "2.50 s" in persistent.evidence and persistent.apply.params == {"persistent_workers": True}
+    assert persistent.est_gain > 10
+    # Once they persist, more workers for the steady wait: without the start-up in the window.
+    kept = fired(starved, facts(loader=dict(spawned, persistent_workers=True)))["dataloader.num_workers"]
+    assert "58%" in kept.evidence and "leaving out 2.5 s of workers starting up" in kept.evidence
+    assert kept.est_gain == pytest.approx(amdahl(7 / 12), rel=0.02)
 
 
 def test_iterable_dataset_gets_a_code_change_not_a_live_rebuild():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -33,6 +34,25 @@ def test_live_rebuilds_serve_every_sample_once_per_epoch(tmp_path, persistent, s
         assert sorted(seen) == list(range(1000))
     if not shuffle:
         assert all(seen == list(range(1000)) for seen in epochs)  # order kept too
+
+
+def test_spawned_workers_restarting_each_epoch_are_made_persistent_first(run_fastmon, report, tmp_path):
+    # macOS's and Windows' start method: each epoch's first batch waits seconds for the
+    # workers to import torch again. More workers would make that longer, not shorter.
+    out = run_fastmon("run", "--headless", "--apply", "auto", SCRIPTS / "spawned_workers.py", "--epochs", "12")
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    assert summary["applied"][0]["id"] == "dataloader.persistent_workers"  # before any num_workers trial
+    persistent = summary["applied"][0]
+    assert persistent["kept"] and persistent["speedup"] > 2  # over whole epochs, their starts included
+    (run,) = run_dirs(tmp_path)
+    (loader,) = [json.loads(v) for (v,) in sqlite3.connect(run / "run.sqlite").execute(
+        "SELECT value FROM facts WHERE key = 'loader.L0' ORDER BY t DESC LIMIT 1")]
+    assert loader["epochs"] == 12 and loader["persistent_workers"]
+    # the workers started at each epoch until the change, once more, then never again
+    steps = [step for step, _ in loader["startups"]]
+    assert steps == list(range(0, steps[-1] + 1, 64)) and len(steps) <= 4
+    assert all(seconds > 0.5 for _, seconds in loader["startups"])
 
 
 def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
@@ -194,6 +214,32 @@ def test_a_failed_candidate_falls_back_to_the_best_one():
     assert result["kept"] and result["params"] == {"n": 2}
     assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 2}]
     assert "out of memory" in result["error"]
+
+
+def test_persistent_workers_are_measured_over_whole_epochs():
+    # 40-step epochs of 20 ms steps; each epoch's first step waits 2 s for its workers until
+    # they persist. Applied at step 100: the epoch at 120 starts them once more, 160's does not.
+    def epochs(first, n, stalls):
+        rows = step_rows(first, n, 1600.0)
+        for row in rows:
+            if row[STEP_FIELDS.index("step")] in stalls:
+                row[STEP_FIELDS.index("wall")] = 2.0
+        return rows
+
+    probe, results = Probe(), []
+    runner = ExperimentRunner(probe, results.append)
+    before = epochs(0, 100, {0, 40, 80})
+    exp = runner.start({"id": "dataloader.persistent_workers", "apply": {"action": "loader",
+                        "params": {"persistent_workers": True}}}, before, epoch=(40, 80))
+    runner.on_ack({"t": "applied", "exp": exp.exp, "ok": True, "step": 100})
+    rows = before + epochs(100, 60, {120})
+    runner.tick(rows)
+    assert not results  # the epoch that starts the persistent workers is not the measure
+    runner.tick(rows + epochs(160, 40, set()))
+    (result,) = results
+    assert result["kept"]
+    assert result["before_samples_per_s"] == pytest.approx(40 * 32 / (39 * 0.02 + 2.0), rel=1e-3)
+    assert result["after_samples_per_s"] == pytest.approx(1600, rel=1e-3)
 
 
 def test_a_change_that_fails_at_once_is_reported_not_kept():

@@ -297,10 +297,10 @@ class FastmonApp(App[str | None]):
             self.notify("The training is not running: nothing to apply to.", severity="warning")
         elif advice.get("status") != "open":
             self.notify(f"{advice['id']} is {advice.get('status')}.", severity="warning")
-        elif self.session.apply(message.advice_id):
-            self.notify(f"Applying {message.advice_id}: measuring before and after…")
+        elif refused := self.session.apply(message.advice_id):
+            self.notify(f"Not applying {message.advice_id} now: {refused}.", severity="warning")
         else:
-            self.notify("Another change is being measured; try again when it is done.", severity="warning")
+            self.notify(f"Applying {message.advice_id}: measuring before and after…")
         self.redraw()
 
     def on_dismiss_advice(self, message: DismissAdvice) -> None:

@@ -4,11 +4,16 @@ What it detects: ``data_wait`` (time blocked in the DataLoader's ``__next__``) i
 share of step time while the loader has few worker processes.
 Why it matters: the model idles while samples are loaded and collated one after another
 in the training process; workers prepare the next batches in parallel with the step.
+Not while the workers restart at every epoch with a visible stall
+(``dataloader.persistent_workers``): that stall is data_wait too, which more workers
+lengthen rather than hide; once the workers persist, the steady wait decides, without
+their one start-up.
 How to fix: more workers. fastmon searches the count live (doubling, measuring each,
 keeping the best) because loading is often I/O- or sleep-bound and scales past the
 core count; make the winner permanent with ``DataLoader(..., num_workers=N)``.
 """
 
+from fastmon.advisor.rules.dataloader_persistent_workers import MIN_STARTUP_S, restart_stall, startups
 from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, Advice, Apply, amdahl
 
 ID = "dataloader.num_workers"
@@ -27,10 +32,21 @@ def worker_candidates(current: int, cpu_count: int) -> tuple:
     return tuple(out)
 
 
+def startup_in_window(window, loader: dict) -> float:
+    """Seconds of the window's data_wait that were worker start-ups."""
+    waits = sum(wait for step, wait in startups(window, loader)
+                if wait >= MIN_STARTUP_S and window.first_step <= step <= window.last_step)
+    return min(waits, window.phase_totals["data_wait"])
+
+
 def check(window, facts):
-    share = window.share("data_wait")
     loader = facts.training_loader()
-    if window.steps < MIN_STEPS or share < MIN_DATA_WAIT_SHARE or loader is None:
+    if window.steps < MIN_STEPS or loader is None or restart_stall(window, facts) is not None:
+        return None
+    startup = startup_in_window(window, loader)
+    total = sum(window.phase_totals.values()) - startup
+    share = (window.phase_totals["data_wait"] - startup) / total if total > 0 else 0.0
+    if share < MIN_DATA_WAIT_SHARE:
         return None
     current = loader.get("num_workers", 0)
     candidates = worker_candidates(current, facts.host_cpu_count)
@@ -39,6 +55,8 @@ def check(window, facts):
     median_ms = window.phase_median["data_wait"] * 1e3
     evidence = (f"data_wait is {share:.0%} of step time (median {median_ms:.1f} ms of a "
                 f"{window.step_median * 1e3:.1f} ms step) with DataLoader(num_workers={current})")
+    if startup:
+        evidence += f", leaving out {startup:.1f} s of workers starting up"
     if loader.get("iterable"):
         return Advice(ID, "Give the DataLoader worker processes", evidence, round(amdahl(share), 2), CODE_CHANGE,
                       fix=f"DataLoader(..., num_workers={candidates[0]}) — an IterableDataset must shard "

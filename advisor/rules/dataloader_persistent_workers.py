@@ -1,8 +1,10 @@
 """dataloader.persistent_workers: worker processes are restarted every epoch.
 
-What it detects: a multi-worker DataLoader without ``persistent_workers`` whose worker
-start-up at each ``iter()`` takes a visible part of an epoch.
-Why it matters: every epoch forks the workers again and re-runs dataset set-up in them,
+What it detects: a multi-worker DataLoader without ``persistent_workers`` whose epoch
+start (``iter()`` to the first batch, less what any batch waits) takes a visible part of
+an epoch. Workers started with ``spawn`` (the default on macOS and Windows) each import
+torch and unpickle the dataset before their first batch: seconds, at every epoch.
+Why it matters: every epoch starts the workers again and re-runs dataset set-up in them,
 while the model waits.
 How to fix: ``DataLoader(..., persistent_workers=True)``; fastmon applies it for the next
 epoch.
@@ -15,23 +17,42 @@ MIN_STARTUP_S = 0.2
 MIN_EPOCH_FRACTION = 0.02
 
 
-def check(window, facts):
+def startups(window, loader: dict) -> list[tuple[int, float]]:
+    """The loader's last worker start-ups as (step, seconds the training waited for them):
+    ``iter()`` to the first batch, less what any batch waits (that part persistent workers
+    keep)."""
+    return [(step, seconds - window.phase_median.get("data_wait", 0.0))
+            for step, seconds in loader.get("startups") or ()]
+
+
+def restart_stall(window, facts) -> tuple[float, float] | None:
+    """(seconds, fraction of an epoch) that restarting the training loader's workers costs
+    each epoch, where that is worth a change; else None."""
     loader = facts.training_loader()
     if loader is None or loader.get("num_workers", 0) == 0 or loader.get("persistent_workers"):
         return None
-    startup = loader.get("iter_seconds") or 0.0
-    if loader.get("epochs", 0) < 2 or startup < MIN_STARTUP_S or not loader.get("len") or not window.step_median:
+    found = startups(window, loader)  # from the first epoch on: the next one starts them again
+    if not found or not loader.get("len") or not window.step_median:
         return None
-    epoch_s = loader["len"] * window.step_median
-    fraction = startup / (epoch_s + startup)
-    if fraction < MIN_EPOCH_FRACTION:
+    startup = found[-1][1]
+    if startup < MIN_STARTUP_S:
         return None
+    fraction = startup / (loader["len"] * window.step_median + startup)
+    return (startup, fraction) if fraction >= MIN_EPOCH_FRACTION else None
+
+
+def check(window, facts):
+    stall = restart_stall(window, facts)
+    if stall is None:
+        return None
+    startup, fraction = stall
+    loader = facts.training_loader()
     return Advice(
         ID, "Keep DataLoader workers alive between epochs",
-        f"starting {loader['num_workers']} workers took {startup:.2f} s at the last epoch start "
-        f"({fraction:.0%} of an epoch)",
+        f"an epoch's first batch comes {startup:.2f} s after iter(), which restarts "
+        f"{loader['num_workers']} workers ({fraction:.0%} of an epoch)",
         round(amdahl(fraction), 2), HOT_APPLY,
         fix="DataLoader(..., persistent_workers=True)",
-        why="workers are forked and the dataset re-initialised in them at every epoch",
+        why="workers are started and the dataset re-initialised in them at every epoch",
         location=loader.get("location"), apply=Apply("loader", {"persistent_workers": True}),
     )
