@@ -49,9 +49,11 @@ def test_spawned_workers_restarting_each_epoch_are_made_persistent_first(run_fas
     (loader,) = [json.loads(v) for (v,) in sqlite3.connect(run / "run.sqlite").execute(
         "SELECT value FROM facts WHERE key = 'loader.L0' ORDER BY t DESC LIMIT 1")]
     assert loader["epochs"] == 12 and loader["persistent_workers"]
-    # the workers started at each epoch until the change, once more, then never again
+    # the workers started at each epoch (64 steps) until the change, once more, then not at
+    # the next epoch (later, a num_workers trial may start new ones)
     steps = [step for step, _ in loader["startups"]]
-    assert steps == list(range(0, steps[-1] + 1, 64)) and len(steps) <= 4
+    restarts = next((i for i, step in enumerate(steps) if step != 64 * i), len(steps))
+    assert 2 <= restarts <= 3 and all(step > 64 * restarts for step in steps[restarts:])
     assert all(seconds > 0.5 for _, seconds in loader["startups"])
 
 
