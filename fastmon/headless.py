@@ -9,7 +9,7 @@ import threading
 from fastmon.advisor.types import gain_text
 from fastmon.advisor import Window, recent
 from fastmon.phases import PHASE_LABELS, PHASES
-from fastmon.report import profile_lines
+from fastmon.report import profile_lines, spawned_line
 
 STATUS_EVERY = 3.0
 STATUS_WINDOW = 50
@@ -54,17 +54,18 @@ class StatusPrinter:
         while not self._stop.wait(self.every):
             try:
                 sys.stderr.write(status_line(self.session) + "\n")
-                for line in self._advice_news() + self._profile_news():
+                for line in self._advice_news() + self._event_news():
                     sys.stderr.write(line + "\n")
                 sys.stderr.flush()
             except Exception:  # the status line is a convenience: never take the run down
                 pass
 
-    def _profile_news(self) -> list[str]:
+    def _event_news(self) -> list[str]:
         with self.session.lock:
             events = self.session.state.events[self._seen_events:]
             self._seen_events += len(events)
-        return [f"[fastmon] {line}" for e in events if e.get("kind") == "profile" for line in profile_lines(e)]
+        return ([f"[fastmon] {line}" for e in events if e.get("kind") == "profile" for line in profile_lines(e)]
+                + [f"[fastmon] {spawned_line(e)}" for e in events if e.get("kind") == "spawned_training"])
 
     def _advice_news(self) -> list[str]:
         out = []

@@ -28,6 +28,15 @@ def profile_lines(capture: dict) -> list[str]:
     return lines
 
 
+def spawned_line(event: dict, script: str = "SCRIPT") -> str:
+    """Training handed to processes fastmon does not follow, and what to run instead."""
+    n = event.get("nprocs", 1)
+    return (f"the training runs in {n} process{'es' if n != 1 else ''} started by torch.multiprocessing at "
+            f"{event.get('location') or '?'}, which fastmon does not follow (it measures the processes it "
+            f"starts): launch them with torchrun instead, `fastmon run --nproc-per-node {n} {script}`, each "
+            f"process reading its rank from RANK / LOCAL_RANK / WORLD_SIZE")
+
+
 def format_text(s: dict) -> str:
     lines = []
     exit_code = s.get("exit_code")
@@ -36,6 +45,11 @@ def format_text(s: dict) -> str:
         f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {s['steps_per_s']:.2f} steps/s · "
         f"{s['samples_per_s']:,.1f} samples/s · exit code {exit_code if exit_code is not None else '? (still running or killed)'}")
     lines.append(f"  step time median {s['step_ms']['median']:.2f} ms, p90 {s['step_ms']['p90']:.2f} ms")
+    for event in s.get("spawned_training") or []:
+        lines.append(f"  note: {spawned_line(event, s.get('script') or 'SCRIPT')}")
+    if not s["steps"] and not s.get("spawned_training"):
+        lines.append("  note: no training step seen: a step ends at optimizer.step() (or at a backward, with no "
+                     "optimizer) in the process fastmon started")
     lines.append("")
     timed = s.get("timed_steps", s["steps"])
     sampled = f"   phases timed in {timed} of the {s['steps']} steps (a random sample)" if timed < s["steps"] else ""

@@ -1,5 +1,7 @@
 """Code-level causes the rules name with a file:line: ``torch.tensor(ndarray)`` in the loop,
-LR schedulers and gradient clipping in use, and sampled gradient norms (spikes). The
+LR schedulers and gradient clipping in use, sampled gradient norms (spikes), and training
+handed to processes of ``torch.multiprocessing.spawn``/``start_processes``, which the
+probe does not follow (it is off in forks, absent from spawned interpreters). The
 ``torch.tensor`` and clipping wrappers are in while a step is timed: a habit of the loop
 shows in any step.
 
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import threading
 import weakref
 from time import perf_counter_ns
 
 import torch
+import torch.multiprocessing
 
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
@@ -44,6 +48,8 @@ class CodeChecksPart(Part):
         self._orig_tensor = torch.tensor
         self._orig_clip = torch.nn.utils.clip_grad_norm_
         self._orig_scheduler_init = torch.optim.lr_scheduler.LRScheduler.__init__
+        self._spawn_module = sys.modules["torch.multiprocessing.spawn"]  # the attribute is the function
+        self._orig_start_processes = self._spawn_module.start_processes
         self.tensor_copies = 0
         self.tensor_copy_reported = False
         self.norms: list[float] = []
@@ -78,12 +84,25 @@ class CodeChecksPart(Part):
                 part.scheduler_refs.append(weakref.ref(scheduler))
             return orig_init(scheduler, *args, **kwargs)
 
+        orig_start_processes = self._orig_start_processes
+
+        def start_processes(fn, args=(), nprocs=1, *more, **kwargs):
+            # torch.multiprocessing.spawn calls this by its module's name.
+            if part.on:
+                try:
+                    part.probe.event("spawned_training", nprocs=nprocs, location=fmt(user_frame(2)))
+                except Exception as exc:
+                    part.fail(exc)
+            return orig_start_processes(fn, args, nprocs, *more, **kwargs)
+
         self.timed_wrappers = (tensor, clip_grad_norm_)
         torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_init
+        self._spawn_module.start_processes = torch.multiprocessing.start_processes = start_processes
 
     def uninstall(self) -> None:
         self.disarm()
         torch.optim.lr_scheduler.LRScheduler.__init__ = self._orig_scheduler_init
+        self._spawn_module.start_processes = torch.multiprocessing.start_processes = self._orig_start_processes
 
     def arm(self) -> None:
         torch.tensor, torch.nn.utils.clip_grad_norm_ = self.timed_wrappers

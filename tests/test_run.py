@@ -16,6 +16,8 @@ import pytest
 from conftest import EXAMPLES, SCRIPTS, run_dirs
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.probe.sampling import TIME_ALL_FIRST
+from fastmon.tui.app import FastmonApp
+from fastmon.tui.snapshot import ReplaySource
 
 
 def step_rows(tmp_path):
@@ -108,6 +110,24 @@ def test_every_step_option_times_every_step(run_fastmon, tmp_path):
     assert out.returncode == 0, out.stderr
     rows = step_rows(tmp_path)
     assert len(rows) == 128 and all(row["timed"] for row in rows)
+
+
+async def test_training_in_torch_multiprocessing_children_is_named_with_what_to_run_instead(run_fastmon, report,
+                                                                                             tmp_path):
+    out = run_fastmon("run", "--headless", SCRIPTS / "mp_started.py")
+    assert out.returncode == 0, out.stderr
+    assert "process 0 done" in out.stdout and "process 1 done" in out.stdout
+    summary = report()
+    assert summary["steps"] == 0
+    (spawned,) = summary["spawned_training"]
+    assert spawned["nprocs"] == 2 and spawned["location"].endswith("mp_started.py:23")
+    said = "the training runs in 2 processes started by torch.multiprocessing at"
+    assert said in out.stderr and "fastmon run --nproc-per-node 2" in out.stderr  # as it starts, and in the report
+    assert out.stderr.count(said) == 2
+    app = FastmonApp(ReplaySource(run_dirs(tmp_path)[-1]))  # and on the dashboard, where it explains the empty charts
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        await pilot.pause(0.3)
+        assert any(str(toast.render()).startswith(said.capitalize()) for toast in app.screen.query("Toast"))
 
 
 def test_manual_sgd_counts_a_step_per_backward(run_fastmon, tmp_path):

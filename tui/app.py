@@ -9,6 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.widgets import Footer, Static
 
+from fastmon.report import spawned_line
 from fastmon.session import PROFILE_STEPS
 from fastmon.tui.messages import ApplyAdvice, DismissAdvice, RunEnded
 from fastmon.tui.screens.advice_screen import AdviceScreen
@@ -32,6 +33,7 @@ BUSY_CPU_PERCENT = 90  # mean over the cores in the latest host sample: busy fro
 CALM_CPU_PERCENT = 75  # ... until it falls below this (no flapping at the edge)
 NARROW_WIDTH = 120
 SHORT_HEIGHT = 36
+SPAWN_NOTE_S = 30  # seconds on screen: it explains an empty dashboard
 
 
 class FastmonApp(App[str | None]):
@@ -71,7 +73,8 @@ class FastmonApp(App[str | None]):
         self.redraw_every = REDRAW_EVERY
         self._redraw_timer = None
         self._shown: dict = {}
-        self._captures_seen = len(source.profiles())  # a live run's new ones open as they come
+        self._captures_seen = len(source.events("profile"))  # a live run's new ones open as they come
+        self._spawns_seen = 0
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -118,6 +121,7 @@ class FastmonApp(App[str | None]):
             log.add(chunks)
         if not self.source.replay:
             self._show_new_captures()
+        self._show_new_spawns()
         if self.paused or isinstance(self.screen, (HelpScreen, AdviceScreen, AppliedScreen, QuitScreen, ProfileScreen)):
             return
         snap = self.source.snapshot()
@@ -227,7 +231,7 @@ class FastmonApp(App[str | None]):
 
     def action_profile(self) -> None:
         if self.source.replay or not self.running:
-            captures = self.source.profiles()
+            captures = self.source.events("profile")
             if not captures:
                 self.notify("No torch.profiler capture in this run: t while a run goes, or "
                             "fastmon run --profile-at STEP", severity="warning")
@@ -241,8 +245,14 @@ class FastmonApp(App[str | None]):
             self.notify(f"torch.profiler: capturing the next {PROFILE_STEPS} steps; the findings open here when "
                         "they are ready.")
 
+    def _show_new_spawns(self) -> None:
+        spawned = self.source.events("spawned_training")
+        for event in spawned[self._spawns_seen:]:
+            self.notify(spawned_line(event).capitalize() + ".", severity="warning", timeout=SPAWN_NOTE_S)
+        self._spawns_seen = len(spawned)
+
     def _show_new_captures(self) -> None:
-        captures = self.source.profiles()
+        captures = self.source.events("profile")
         if len(captures) > self._captures_seen and not isinstance(self.screen, ProfileScreen):
             self.push_screen(ProfileScreen(captures[self._captures_seen:]))
             self._captures_seen = len(captures)

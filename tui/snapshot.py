@@ -162,9 +162,9 @@ class LiveSource:
     def run_dir(self):
         return self.session.run_dir
 
-    def profiles(self) -> list[dict]:
+    def events(self, kind: str) -> list[dict]:
         with self.session.lock:
-            return [e for e in self.session.state.events if e.get("kind") == "profile"]
+            return [e for e in self.session.state.events if e.get("kind") == kind]
 
     def new_output(self) -> list[tuple[str, str]]:
         state = self.session.state
@@ -195,7 +195,7 @@ class ReplaySource:
             self.advice = record.advice()
             self.applied = record.applied()
             self.log = record.log()
-            self.captures = [e for e in record.events() if e["kind"] == "profile"]
+            self.recorded_events = record.events()
         finally:
             record.close()
         self.rank_rows: dict[int, list] = {}
@@ -240,8 +240,8 @@ class ReplaySource:
                      applied=self.applied, dropped=self.meta.get("dropped", 0),
                      replay=(self.position, len(self.rows)))
 
-    def profiles(self) -> list[dict]:
-        return self.captures
+    def events(self, kind: str) -> list[dict]:
+        return [e for e in self.recorded_events if e["kind"] == kind]
 
     def new_output(self) -> list[tuple[str, str]]:
         if self._log_sent:
