@@ -92,6 +92,9 @@ class Session:
     def __init__(self, options: RunOptions, passthrough: bool = False) -> None:
         self.options = options
         self.passthrough = passthrough
+        # Whether what the script last printed to the terminal ended its line: a progress
+        # bar (tqdm) does not, and a status line written after it must start a new one.
+        self.line_ended = True
         self.state = LiveState()
         self.lock = threading.RLock()
         self.proc: subprocess.Popen | None = None
@@ -168,6 +171,7 @@ class Session:
                 try:
                     out.buffer.write(data)
                     out.flush()
+                    self.line_ended = data.endswith(b"\n")
                 except (OSError, ValueError, AttributeError):
                     pass
             self.recorder.put("log", (time.time(), stream_name, text))

@@ -130,6 +130,14 @@ async def test_training_in_torch_multiprocessing_children_is_named_with_what_to_
         assert any(str(toast.render()).startswith(said.capitalize()) for toast in app.screen.query("Toast"))
 
 
+def test_headless_status_lines_start_their_own_line_under_a_progress_bar(run_fastmon):
+    out = run_fastmon("run", "--headless", SCRIPTS / "progress_bar.py")
+    assert out.returncode == 0, out.stderr
+    assert "epoch 1: 100%" in out.stderr  # tqdm's bar passes through
+    before = re.findall(r"(?s)(.)\[fastmon\] step \d+ \|", out.stderr)
+    assert before and set(before) == {"\n"}  # not glued to the end of the bar
+
+
 def test_manual_sgd_counts_a_step_per_backward(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "manual_sgd.py")
     assert out.returncode == 0, out.stderr

@@ -25,7 +25,7 @@ from fastmon.tui.screens.quit_screen import QuitScreen
 from fastmon.tui.snapshot import LiveSource, ReplaySource, Snapshot
 from fastmon.tui.widgets.advice_list import AdviceList
 from fastmon.tui.widgets.gpu_panel import PLOT_EVERY, PLOT_MAX_GPUS, GpuPanel
-from fastmon.tui.widgets.log_pane import LogPane
+from fastmon.tui.widgets.log_pane import LiveLine, LogPane
 from fastmon.tui.widgets.run_header import RunHeader
 from fastmon.tui.widgets.shares_bar import SharesBar
 from fastmon.tui.widgets.step_breakdown import EIGHTHS, StepBreakdown
@@ -126,6 +126,22 @@ async def test_quit_can_stop_the_training(live_session):
         await wait_until(pilot, lambda: live_session.state.status != "running")
     assert live_session.state.exit_code == 130  # Ctrl-C: KeyboardInterrupt, as python reports it
     assert app.return_value is None
+
+
+async def test_a_progress_bar_is_drawn_on_one_line_as_in_a_terminal(tmp_path):
+    options = RunOptions(target=[str(ROOT / "tests" / "scripts" / "progress_bar.py")], runs_dir=str(tmp_path / "runs"))
+    session = Session(options)
+    session.start()
+    app = FastmonApp(LiveSource(session), session=session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        live = app.query_one(LiveLine)
+        await wait_until(pilot, lambda: "epoch 0:" in str(live.render()) and "%|" in str(live.render()))
+        await wait_until(pilot, lambda: session.state.status != "running")
+        await pilot.pause(0.5)
+        lines = [str(line.text) for line in app.query_one(LogPane).lines]
+        assert [line.split("|")[0].strip() for line in lines if "%|" in line] == ["epoch 0: 100%", "epoch 1: 100%"]
+        assert lines[-1] == "done" and not live.display  # nothing being drawn any more
+        await pilot.press("q")
 
 
 async def test_the_dashboard_stays_after_the_end_and_shows_the_exit_code(tmp_path):

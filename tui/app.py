@@ -20,7 +20,7 @@ from fastmon.tui.screens.quit_screen import QuitScreen
 from fastmon.tui.widgets.advice_list import AdviceList
 from fastmon.tui.widgets.gpu_panel import GpuPanel
 from fastmon.tui.widgets.host_panel import HostPanel
-from fastmon.tui.widgets.log_pane import LogPane
+from fastmon.tui.widgets.log_pane import LiveLine, LogPane
 from fastmon.tui.widgets.run_header import RunHeader
 from fastmon.tui.widgets.shares_bar import SharesBar
 from fastmon.tui.widgets.step_breakdown import StepBreakdown
@@ -90,6 +90,7 @@ class FastmonApp(App[str | None]):
                 yield AdviceList(id="advice")
                 yield Static("Output", classes="title", id="log-title")
                 yield LogPane(id="log")
+                yield LiveLine(id="live-line", classes="-empty")
         yield Static(id="ranks")
         yield Footer()
 
@@ -119,6 +120,7 @@ class FastmonApp(App[str | None]):
         chunks = self.source.new_output()
         if chunks:
             log.add(chunks)
+            self.query_one(LiveLine).show(*log.live)
         if not self.source.replay:
             self._show_new_captures()
         self._show_new_spawns()
@@ -180,6 +182,7 @@ class FastmonApp(App[str | None]):
             return  # the app is closing already
         log.add(self.source.new_output())
         log.flush_partial()
+        self.query_one(LiveLine).show(*log.live)
         self.paused = False
         self.redraw()
         if self.exit_on_finish or self.stopping:

@@ -1,29 +1,58 @@
 """Everything the script prints, stdout and stderr, scrollable; nothing is dropped from
-the run record (the pane keeps the last MAX_LINES on screen)."""
+the run record (the pane keeps the last MAX_LINES on screen).
+
+A carriage return rewrites the line, as in a terminal: a progress bar (tqdm redraws its
+line with ``\\r`` several times a second, on stderr) is one line here, its last state,
+not every redraw joined; the line still being drawn shows in the ``LiveLine`` below."""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import RichLog
+from textual.widgets import RichLog, Static
 
 MAX_LINES = 5000
+
+
+def as_shown(line: str) -> str:
+    """What a terminal leaves of a line that ``\\r`` rewrote: its last rewrite (tqdm pads
+    each to the full width). A ``\\r\\n`` ending is no rewrite."""
+    return line.removesuffix("\r").rpartition("\r")[2]
 
 
 class LogPane(RichLog):
     def __init__(self, **kwargs) -> None:
         super().__init__(max_lines=MAX_LINES, wrap=True, markup=False, highlight=False, **kwargs)
         self._partial = {"stdout": "", "stderr": ""}
+        self.live = ("", "")  # (stream, the line being drawn) as last updated
 
     def add(self, chunks: list[tuple[str, str]]) -> None:
         for stream, text in chunks:
-            text = self._partial[stream] + text
-            lines = text.split("\n")
-            self._partial[stream] = lines.pop()
+            lines = (self._partial[stream] + text).split("\n")
+            rest = lines.pop()
+            # Only the last rewrite of the unfinished line can still show: a bar redrawn
+            # for an hour is kept as one line, not an hour of redraws. A final "\r" stays:
+            # it may be half of a "\r\n".
+            self._partial[stream] = rest[rest.rfind("\r", 0, len(rest) - 1) + 1:]
             for line in lines:
-                self.write(Text(line, style="red" if stream == "stderr" else ""))
+                self.write(Text(as_shown(line), style="red" if stream == "stderr" else ""))
+            drawing = as_shown(self._partial[stream])
+            if drawing:
+                self.live = (stream, drawing)
+            elif self.live[0] == stream:  # finished: the other stream's line, if one is being drawn
+                other = "stderr" if stream == "stdout" else "stdout"
+                self.live = (other, as_shown(self._partial[other])) if as_shown(self._partial[other]) else ("", "")
 
     def flush_partial(self) -> None:
         for stream, rest in self._partial.items():
-            if rest:
-                self.write(Text(rest, style="red" if stream == "stderr" else ""))
+            if as_shown(rest):
+                self.write(Text(as_shown(rest), style="red" if stream == "stderr" else ""))
         self._partial = {"stdout": "", "stderr": ""}
+        self.live = ("", "")
+
+
+class LiveLine(Static):
+    """The line the script is drawing now (a progress bar), under the output."""
+
+    def show(self, stream: str, line: str) -> None:
+        self.set_class(not line, "-empty")
+        self.update(Text(line, style="red" if stream == "stderr" else "", no_wrap=True, overflow="ellipsis"))
