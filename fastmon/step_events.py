@@ -9,6 +9,10 @@ phase times of a step add up to its wall time by construction. Before the first
 training activity, and after a gap in the log, time belongs to no step (``IDLE``).
 A step the probe did not time (``fastmon.probe.sampling``) has only its end in the log:
 its row has the wall time, the samples of the last timed step, and None for the rest.
+A step's samples are its training batches': a batch counts once a training forward (or
+one with autograd on) follows it, or at the step's end when no forward is seen (plain
+tensors); batches that only eval-mode forwards without autograd follow (a validation
+pass between steps) are not the training's.
 
 Keeping this out of the training process is what makes the probe cheap: on a ~1 ms CPU
 step each Python operation in a hook costs several times what it costs in a warm loop
@@ -71,7 +75,7 @@ class StepAssembler:
 
     def _reset_step(self) -> None:
         self.acc = [0] * (len(PHASES) + 1)
-        self.samples = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
+        self.samples = self.batch_samples = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
         self.sync_calls = self.h2d_bytes = self.h2d_pageable_bytes = 0
         self.memory = (0, 0, 0)
 
@@ -128,10 +132,11 @@ class StepAssembler:
             self._leave(ints[i + 1])
         elif code == LEAVE_BATCH:
             self._leave(ints[i + 1])
-            self.samples += ints[i + 2]
+            self.batch_samples += ints[i + 2]
         elif code == FORWARD_TRAIN:
             self._enter(FORWARD, ints[i + 1])
             self.micro_batches += 1
+            self.samples, self.batch_samples = self.samples + self.batch_samples, 0
         elif code == LEAVE_STEP_END:
             self._leave(ints[i + 1])
             self._end_step(ints[i + 1], ints[i + 2], rows, perf0, wall0)
@@ -145,6 +150,9 @@ class StepAssembler:
             self._enter(FORWARD, ints[i + 1])
             self.eval_forwards += 1
             self.eval_grad_forwards += code == FORWARD_EVAL_GRAD
+            # fine-tuning in eval mode (frozen batch norm) still trains on its batches
+            self.samples += self.batch_samples if code == FORWARD_EVAL_GRAD else 0
+            self.batch_samples = 0
         elif code == LEAVE_AS:
             self._leave(ints[i + 1], ints[i + 2])
         elif code == SAMPLES:
@@ -172,6 +180,7 @@ class StepAssembler:
 
     def _end_step(self, t: int, step: int, rows: list, perf0: int, wall0: float, timed: bool = True) -> None:
         self._charge(t)
+        self.samples += self.batch_samples
         if self.phase == IDLE:
             self.phase = OTHER
         acc = self.acc

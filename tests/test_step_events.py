@@ -13,8 +13,8 @@ from fastmon import wire
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.probe import publisher as publisher_module
 from fastmon.probe.publisher import Publisher
-from fastmon.step_events import (COMM_TAIL, ENTER, FORWARD_EVAL, FORWARD_TRAIN, GAP_IS_DATA, LEAVE, LEAVE_AS,
-                                 LEAVE_BATCH, LEAVE_STEP_END, RESUMED, UNTIMED_STEPS, StepAssembler)
+from fastmon.step_events import (COMM_TAIL, ENTER, FORWARD_EVAL, FORWARD_EVAL_GRAD, FORWARD_TRAIN, GAP_IS_DATA, LEAVE,
+                                 LEAVE_AS, LEAVE_BATCH, LEAVE_STEP_END, RESUMED, UNTIMED_STEPS, StepAssembler)
 
 MS = 1_000_000  # ns
 DATA_WAIT, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, OTHER = range(len(PHASES))
@@ -49,6 +49,23 @@ def test_each_nanosecond_goes_to_the_innermost_open_phase():
     assert sum(second[p] for p in PHASES) == pytest.approx(second["wall"])
     assert second["samples"] == 32 and second["micro_batches"] == 1 and second["sync_calls"] == 1
     assert second["t_end"] == pytest.approx(100.026)
+
+
+def test_a_validation_pass_between_steps_is_not_the_training_samples():
+    # After step 0: two validation batches of 128 under no_grad (eval forwards), then the
+    # next training batch of 32; step 2 fine-tunes in eval mode with autograd on; step 3
+    # trains plain tensors, no forward seen.
+    validation = [(ENTER + DATA_WAIT, 13 * MS), (LEAVE_BATCH, 14 * MS, 128), (FORWARD_EVAL, 14 * MS),
+                  (LEAVE, 15 * MS), (ENTER + DATA_WAIT, 15 * MS), (LEAVE_BATCH, 16 * MS, 128),
+                  (FORWARD_EVAL, 16 * MS), (LEAVE, 17 * MS)]
+    frozen_bn = [(ENTER + DATA_WAIT, 30 * MS), (LEAVE_BATCH, 31 * MS, 16), (FORWARD_EVAL_GRAD, 31 * MS),
+                 (LEAVE, 32 * MS), (ENTER + OPTIMIZER, 32 * MS), (LEAVE_STEP_END, 33 * MS, 2)]
+    plain = [(ENTER + DATA_WAIT, 33 * MS), (LEAVE_BATCH, 34 * MS, 8), (ENTER + BACKWARD, 34 * MS),
+             (LEAVE, 35 * MS), (ENTER + OPTIMIZER, 35 * MS), (LEAVE_STEP_END, 36 * MS, 3)]
+    events = one_step(0, 0) + validation + one_step(17, 1) + frozen_bn + plain
+    rows = as_dicts(StepAssembler(0).feed(log(*events), perf0=0, wall0=0.0))
+    assert [r["samples"] for r in rows] == [32, 32, 16, 8]
+    assert rows[1]["eval_forwards"] == 2
 
 
 def test_untimed_steps_between_timed_ones_get_their_wall_time_and_no_phases():
