@@ -10,7 +10,7 @@ per batch (~1 µs on a ~3 ms step, where torch has left the interpreter's caches
 loader and, where it starts worker processes, puts the ``__next__`` wrapper in until the
 iterator's first batch: workers started with ``spawn`` (macOS's and Windows' default)
 return from ``iter()`` at once and import torch before they deliver, so their start-up
-is the time from ``iter()`` to the first batch. Each loader's fact (settings, epochs,
+is ``iter()``'s time and the first ``__next__``'s wait. Each loader's fact (settings, epochs,
 the last ``iter()`` time, the last start-ups) goes out from the publisher's round when
 an epoch has begun, or at once when fastmon changes a setting: short epochs cost the
 training thread no fact each.
@@ -52,7 +52,7 @@ class LoaderState:
         self.live: weakref.ref | None = None
         self.description = facts.describe_loader(loader)  # replaced, never changed in place
         # (epochs begun, seconds the last iter() took, the last STARTUPS_KEPT worker start-ups
-        # as (step that waited, seconds from iter() to the first batch))
+        # as (step that waited, seconds in iter() and in the first __next__))
         self.epoch: tuple[int, float | None, tuple] = (0, None, ())
         self.reported: tuple | None = None  # (description, epoch) as the last fact had them
 
@@ -96,7 +96,7 @@ class LoaderPart(Part):
         self.rebuilt = False  # an iterator delegates to a rebuilt loader (until the run ends)
         self._report_lock = threading.Lock()  # the publisher's round and a settings change both report
         self.timed_next = None
-        self.first_batch_pending: weakref.ref | None = None  # the iterator whose first batch is awaited
+        self.first_batch_pending: weakref.WeakSet = weakref.WeakSet()  # iterators whose first batch is awaited
 
     # --- patches --------------------------------------------------------------------
     def install(self) -> None:
@@ -164,7 +164,7 @@ class LoaderPart(Part):
 
     def uninstall(self) -> None:
         DataLoader.__iter__ = self._orig_iter
-        self.first_batch_pending = None
+        self.first_batch_pending.clear()
         self.disarm()
 
     def arm(self) -> None:
@@ -173,8 +173,7 @@ class LoaderPart(Part):
     def disarm(self) -> None:
         # Iterators that delegate to a rebuilt loader need the wrapper at every batch, and
         # an iterator's first batch is timed whether its step is or not.
-        pending = self.first_batch_pending
-        if not self.rebuilt and (pending is None or pending() is None):
+        if not self.rebuilt and not self.first_batch_pending:
             dl._BaseDataLoaderIter.__next__ = self._orig_next
 
     # --- timing ---------------------------------------------------------------------
@@ -202,27 +201,30 @@ class LoaderPart(Part):
         if state is None or state.ref() is not loader:
             state = LoaderState(f"L{len(self.loaders)}", loader, fmt(user_frame(3)))
             self.loaders[key] = state
-        state.epoch = (state.epoch[0] + 1, perf_counter() - started, state.epoch[2])
+        seconds = perf_counter() - started
+        state.epoch = (state.epoch[0] + 1, seconds, state.epoch[2])
         state.live = weakref.ref(it)
         it.__dict__["_fastmon_state"] = state
         if starts_workers:
-            it.__dict__["_fastmon_iter_at"] = started
-            self.first_batch_pending = weakref.ref(it)
+            it.__dict__["_fastmon_iter_at"] = seconds
+            self.first_batch_pending.add(it)
             self.arm()
 
     def first_batch(self, it):
         """The first ``__next__`` of an iterator that started workers (through the timed
-        path when its step is timed): how long after ``iter()`` the first batch came."""
-        started = it.__dict__.pop("_fastmon_iter_at")
+        path when its step is timed): how long it waited, with its ``iter()``, for the
+        workers to start (not the time between them, which the script spent elsewhere)."""
+        iter_seconds = it.__dict__.pop("_fastmon_iter_at")
+        started = perf_counter()
         try:
             return self.timed_next(it)
         finally:
             try:
                 state = it.__dict__.get("_fastmon_state")
                 if state is not None:
-                    startup = (self.probe.clock.step, perf_counter() - started)
+                    startup = (self.probe.clock.step, iter_seconds + perf_counter() - started)
                     state.epoch = (*state.epoch[:2], (*state.epoch[2], startup)[-STARTUPS_KEPT:])
-                self.first_batch_pending = None
+                self.first_batch_pending.discard(it)
                 if not self.probe.clock.timing:
                     self.disarm()
             except Exception as exc:

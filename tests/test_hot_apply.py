@@ -277,6 +277,31 @@ def run_with_probe(tmp_path, body: str) -> str:
     return done.stdout
 
 
+def test_worker_start_ups_are_the_waits_for_them_of_each_loader(tmp_path):
+    # Both loaders' workers start (0.3 s each) at iter(), before either delivers; the
+    # training epoch (0.8 s) leaves the validation workers time to start: no wait for them.
+    out = run_with_probe(
+        tmp_path,
+        "import time\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "data = TensorDataset(torch.arange(64.))\n"
+        "slow_start = lambda worker: time.sleep(0.3)\n"
+        "train = DataLoader(data, batch_size=8, num_workers=1, worker_init_fn=slow_start)\n"
+        "val = DataLoader(data, batch_size=8, num_workers=1, worker_init_fn=slow_start)\n"
+        "model = torch.nn.Linear(1, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    batches, checks = iter(train), iter(val)\n"
+        "    for (x,) in batches:\n"
+        "        opt.zero_grad(); model(x[:, None]).sum().backward(); time.sleep(0.1); opt.step()\n"
+        "    for (x,) in checks: pass\n"
+        "probe.loader_part.report()\n"
+        "facts = {a['key']: a['value'] for a in acks if a['t'] == 'fact'}\n"
+        "print([[round(s, 2) for _, s in facts[k]['startups']] for k in ('loader.L0', 'loader.L1')])\n")
+    train, val = json.loads(out.strip().splitlines()[-1])
+    assert len(train) == len(val) == 2
+    assert all(0.25 < s < 3 for s in train) and all(s < 0.2 for s in val)
+
+
 def test_a_custom_batch_sampler_is_refused_not_broken(tmp_path):
     out = run_with_probe(
         tmp_path,

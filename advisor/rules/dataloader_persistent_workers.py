@@ -1,7 +1,7 @@
 """dataloader.persistent_workers: worker processes are restarted every epoch.
 
 What it detects: a multi-worker DataLoader without ``persistent_workers`` whose epoch
-start (``iter()`` to the first batch, less what any batch waits) takes a visible part of
+start (the wait in ``iter()`` and for the first batch, less what any batch waits) takes a visible part of
 an epoch. Workers started with ``spawn`` (the default on macOS and Windows) each import
 torch and unpickle the dataset before their first batch: seconds, at every epoch.
 Why it matters: every epoch starts the workers again and re-runs dataset set-up in them,
@@ -19,8 +19,8 @@ MIN_EPOCH_FRACTION = 0.02
 
 def startups(window, loader: dict) -> list[tuple[int, float]]:
     """The loader's last worker start-ups as (step, seconds the training waited for them):
-    ``iter()`` to the first batch, less what any batch waits (that part persistent workers
-    keep)."""
+    the wait in ``iter()`` and for the first batch, less what any batch waits (that part
+    persistent workers keep)."""
     return [(step, seconds - window.phase_median.get("data_wait", 0.0))
             for step, seconds in loader.get("startups") or ()]
 
@@ -49,8 +49,8 @@ def check(window, facts):
     loader = facts.training_loader()
     return Advice(
         ID, "Keep DataLoader workers alive between epochs",
-        f"an epoch's first batch comes {startup:.2f} s after iter(), which restarts "
-        f"{loader['num_workers']} workers ({fraction:.0%} of an epoch)",
+        f"each epoch waits {startup:.2f} s in iter() and for its first batch while "
+        f"{loader['num_workers']} workers start again ({fraction:.0%} of an epoch)",
         round(amdahl(fraction), 2), HOT_APPLY,
         fix="DataLoader(..., persistent_workers=True)",
         why="workers are started and the dataset re-initialised in them at every epoch",
