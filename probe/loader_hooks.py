@@ -107,7 +107,7 @@ class LoaderPart(Part):
 
         def __next__(it):
             tags = it.__dict__
-            if "_fastmon_iter_at" in tags:
+            if "_fastmon_iter_seconds" in tags:
                 return part.first_batch(it)
             if not clock.timing or not part.on or get_ident() != main_thread:
                 source = tags.get("_fastmon_source")
@@ -206,7 +206,7 @@ class LoaderPart(Part):
         state.live = weakref.ref(it)
         it.__dict__["_fastmon_state"] = state
         if starts_workers:
-            it.__dict__["_fastmon_iter_at"] = seconds
+            it.__dict__["_fastmon_iter_seconds"] = seconds
             self.first_batch_pending.add(it)
             self.arm()
 
@@ -214,7 +214,7 @@ class LoaderPart(Part):
         """The first ``__next__`` of an iterator that started workers (through the timed
         path when its step is timed): how long it waited, with its ``iter()``, for the
         workers to start (not the time between them, which the script spent elsewhere)."""
-        iter_seconds = it.__dict__.pop("_fastmon_iter_at")
+        iter_seconds = it.__dict__.pop("_fastmon_iter_seconds")
         started = perf_counter()
         try:
             return self.timed_next(it)

@@ -127,7 +127,8 @@ async def test_training_in_torch_multiprocessing_children_is_named_with_what_to_
     app = FastmonApp(ReplaySource(run_dirs(tmp_path)[-1]))  # and on the dashboard, where it explains the empty charts
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         await pilot.pause(0.3)
-        assert any(str(toast.render()).startswith(said.capitalize()) for toast in app.screen.query("Toast"))
+        shown = [str(toast.render()) for toast in app.screen.query("Toast")]
+        assert any(t.startswith("T" + said[1:]) and "RANK / LOCAL_RANK / WORLD_SIZE" in t for t in shown)
 
 
 def test_headless_status_lines_start_their_own_line_under_a_progress_bar(run_fastmon):

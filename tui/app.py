@@ -251,7 +251,8 @@ class FastmonApp(App[str | None]):
     def _show_new_spawns(self) -> None:
         spawned = self.source.events("spawned_training")
         for event in spawned[self._spawns_seen:]:
-            self.notify(spawned_line(event).capitalize() + ".", severity="warning", timeout=SPAWN_NOTE_S)
+            line = spawned_line(event)
+            self.notify(line[0].upper() + line[1:] + ".", severity="warning", timeout=SPAWN_NOTE_S)
         self._spawns_seen = len(spawned)
 
     def _show_new_captures(self) -> None:
