@@ -362,10 +362,14 @@ class Session:
         batches still in flight in the previous workers come first."""
         if advice["apply"]["action"] != "loader":
             return lambda previous: WARMUP_STEPS
-        loader = Facts(values=dict(self.state.facts)).training_loader() or {}
+        loader = self._training_loader()
         prefetch = loader.get("prefetch_factor") or 2
         original = loader.get("num_workers", 0)
         return lambda previous: WARMUP_STEPS + prefetch * (previous or {}).get("num_workers", original)
+
+    def _training_loader(self) -> dict:
+        """The training loader's latest fact, {} before one is seen."""
+        return Facts(values=dict(self.state.facts)).training_loader() or {}
 
     def _epoch_for(self, advice: dict) -> tuple[int, int] | None:
         """(steps in an epoch, the current epoch's first step) where the change shows only at
@@ -373,7 +377,7 @@ class Session:
         then, so the last start-up the probe recorded began the current epoch."""
         if advice["apply"].get("params", {}).keys() != {"persistent_workers"}:
             return None
-        loader = Facts(values=dict(self.state.facts)).training_loader() or {}
+        loader = self._training_loader()
         startups = loader.get("startups")
         return (loader["len"], startups[-1][0]) if loader.get("len") and startups else None
 

@@ -10,10 +10,10 @@ per batch (~1 µs on a ~3 ms step, where torch has left the interpreter's caches
 loader and, where it starts worker processes, puts the ``__next__`` wrapper in until the
 iterator's first batch: workers started with ``spawn`` (macOS's and Windows' default)
 return from ``iter()`` at once and import torch before they deliver, so their start-up
-is ``iter()``'s time and the first ``__next__``'s wait. Each loader's fact (settings, epochs,
-the last ``iter()`` time, the last start-ups) goes out from the publisher's round when
-an epoch has begun, or at once when fastmon changes a setting: short epochs cost the
-training thread no fact each.
+is ``iter()``'s time and the first ``__next__``'s wait. Each loader's fact (settings,
+epochs, the last ``iter()`` time, the last start-ups) goes out from the publisher's round
+when an epoch has begun, or at once when fastmon changes a setting: short epochs cost
+the training thread no fact each.
 
 A rebuild (hot-apply of num_workers / pin_memory / persistent_workers) takes the index
 batches that the live iterator has not yet dispatched, lets the batches already in

@@ -128,11 +128,16 @@ async def test_quit_can_stop_the_training(live_session):
     assert app.return_value is None
 
 
-async def test_a_progress_bar_is_drawn_on_one_line_as_in_a_terminal(tmp_path):
-    options = RunOptions(target=[str(ROOT / "tests" / "scripts" / "progress_bar.py")], runs_dir=str(tmp_path / "runs"))
-    session = Session(options)
+def dashboard_on(tmp_path, script: str, *args: str) -> tuple[Session, FastmonApp]:
+    """A real run of tests/scripts/SCRIPT, started, and the dashboard that follows it."""
+    session = Session(RunOptions(target=[str(ROOT / "tests" / "scripts" / script), *args],
+                                 runs_dir=str(tmp_path / "runs")))
     session.start()
-    app = FastmonApp(LiveSource(session), session=session)
+    return session, FastmonApp(LiveSource(session), session=session)
+
+
+async def test_a_progress_bar_is_drawn_on_one_line_as_in_a_terminal(tmp_path):
+    session, app = dashboard_on(tmp_path, "progress_bar.py")
     async with app.run_test(size=(160, 48)) as pilot:
         live = app.query_one(LiveLine)
         await wait_until(pilot, lambda: "epoch 0:" in str(live.render()) and "%|" in str(live.render()))
@@ -146,10 +151,7 @@ async def test_a_progress_bar_is_drawn_on_one_line_as_in_a_terminal(tmp_path):
 
 
 async def test_the_dashboard_stays_after_the_end_and_shows_the_exit_code(tmp_path):
-    options = RunOptions(target=[str(ROOT / "tests" / "scripts" / "crash.py")], runs_dir=str(tmp_path / "runs"))
-    session = Session(options)
-    session.start()
-    app = FastmonApp(LiveSource(session), session=session)
+    session, app = dashboard_on(tmp_path, "crash.py")
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: session.state.status == "crashed" and app.snapshot.status == "crashed")
         await pilot.pause(0.5)
@@ -161,11 +163,7 @@ async def test_the_dashboard_stays_after_the_end_and_shows_the_exit_code(tmp_pat
 
 
 async def test_a_busy_machine_slows_the_redraw_to_once_a_second(tmp_path):
-    options = RunOptions(target=[str(ROOT / "tests" / "scripts" / "busy_cores.py"), "--seconds", "10"],
-                         runs_dir=str(tmp_path / "runs"))
-    session = Session(options)
-    session.start()
-    app = FastmonApp(LiveSource(session), session=session)
+    session, app = dashboard_on(tmp_path, "busy_cores.py", "--seconds", "10")
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             # From the first steps on, the workers spin on every core. Before them the pace

@@ -19,6 +19,10 @@ def as_shown(line: str) -> str:
     return line.removesuffix("\r").rpartition("\r")[2]
 
 
+def styled(stream: str, line: str, **kwargs) -> Text:
+    return Text(line, style="red" if stream == "stderr" else "", **kwargs)
+
+
 class LogPane(RichLog):
     def __init__(self, **kwargs) -> None:
         super().__init__(max_lines=MAX_LINES, wrap=True, markup=False, highlight=False, **kwargs)
@@ -34,18 +38,19 @@ class LogPane(RichLog):
             # it may be half of a "\r\n".
             self._partial[stream] = rest[rest.rfind("\r", 0, len(rest) - 1) + 1:]
             for line in lines:
-                self.write(Text(as_shown(line), style="red" if stream == "stderr" else ""))
+                self.write(styled(stream, as_shown(line)))
             drawing = as_shown(self._partial[stream])
             if drawing:
                 self.live = (stream, drawing)
             elif self.live[0] == stream:  # finished: the other stream's line, if one is being drawn
                 other = "stderr" if stream == "stdout" else "stdout"
-                self.live = (other, as_shown(self._partial[other])) if as_shown(self._partial[other]) else ("", "")
+                shown = as_shown(self._partial[other])
+                self.live = (other, shown) if shown else ("", "")
 
     def flush_partial(self) -> None:
         for stream, rest in self._partial.items():
-            if as_shown(rest):
-                self.write(Text(as_shown(rest), style="red" if stream == "stderr" else ""))
+            if shown := as_shown(rest):
+                self.write(styled(stream, shown))
         self._partial = {"stdout": "", "stderr": ""}
         self.live = ("", "")
 
@@ -55,4 +60,4 @@ class LiveLine(Static):
 
     def show(self, stream: str, line: str) -> None:
         self.set_class(not line, "-empty")
-        self.update(Text(line, style="red" if stream == "stderr" else "", no_wrap=True, overflow="ellipsis"))
+        self.update(styled(stream, line, no_wrap=True, overflow="ellipsis"))
