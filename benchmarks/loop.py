@@ -3,8 +3,14 @@ step time of the timed part (after warm-up) and, with --rss-every, the process R
 
 With --ab-pairs N (under `fastmon run`), the timed part is N pairs of segments, one with
 the probe suspended (bare torch) and one with it on, in random order; each pair prints
-`ab BARE_US PROBED_US`. Pairs a fraction of a second apart see the same machine state,
-which separate processes do not. After each switch, --ab-warm to twice that many steps
+`ab BARE_US PROBED_US REF_BARE_US REF_PROBED_US`. Pairs a fraction of a second apart see
+the same machine state, which separate processes do not. In this mode every step also
+runs a reference kernel before its forward (a matmul the size of the first layer's, which
+no probe hook touches) and the REF columns are its µs per step: the core's speed in that
+segment. The noise here is the core running slower for stretches of ~100 ms (a neighbour
+on the SMT sibling), which slows the kernel too, so the analysis regresses the pair
+difference on the kernel's (benchmarks/overhead.py): the spread halves, and the probe's
+cost is what is left where the kernel's times were equal. After each switch, --ab-warm to twice that many steps
 run before the segment's clock starts: suspending and resuming re-patch classes, and the
 interpreter's caches take a few steps to settle, a cost no real run pays. --ab-control
 keeps the probe on in both halves: what that shows is the method's own noise. At the end
@@ -14,10 +20,11 @@ half, so the pair differences cannot see it; its CPU time (GIL held, mostly) bou
 it takes from the training thread.
 
 With --noise-pairs N (plain `python`, no probe), the timed part is N pairs of bare
-segments back to back; it prints `noise_sd_us`, the spread of their pair differences
-(µs/step; 1.4826 median absolute deviations, the sd where there are no outliers): how
-much two segments a moment apart differ on this machine now, which decides what an A/B
-of that many pairs can resolve.
+segments back to back, the reference kernel in every step as in the A/B; it prints
+`noise_sd_us`, the spread of their pair differences (µs/step; 1.4826 median absolute
+deviations, the sd where there are no outliers): how much two segments a moment apart
+differ on this machine now, which decides what an A/B of that many pairs can resolve; and
+`noise_sd_adjusted_us`, the same after the regression on the kernel's times.
 
 With --monitor-pairs N (under `fastmon run`), the timed part is N pairs of segments, one
 with the monitor process stopped (SIGSTOP) and one with it running, in random order; each
@@ -67,6 +74,11 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 process = psutil.Process()
 
 
+reference_kernel = (torch.randn(args.batch, args.width), torch.randn(args.width, args.width),
+                    torch.empty(args.batch, args.width))
+reference_ns = 0  # time in the reference kernel so far, in the A/B and noise modes
+
+
 def batches():
     while True:
         if args.no_loader:
@@ -76,10 +88,15 @@ def batches():
             yield from loader
 
 
-def train(source, steps: int) -> None:
+def train(source, steps: int, reference: bool = False) -> None:
+    global reference_ns
     if steps <= 0:
         return
     for done, (xb, yb) in enumerate(source, 1):
+        if reference:
+            started = time.perf_counter_ns()
+            torch.mm(*reference_kernel[:2], out=reference_kernel[2])
+            reference_ns += time.perf_counter_ns() - started
         optimizer.zero_grad()
         nn.functional.mse_loss(model(xb), yb).backward()
         optimizer.step()
@@ -87,14 +104,15 @@ def train(source, steps: int) -> None:
             return
 
 
-def segment_us(source) -> float:
-    started = time.perf_counter()
-    train(source, args.ab_segment)
-    return (time.perf_counter() - started) / args.ab_segment * 1e6
+def segment_us(source) -> tuple[float, float]:
+    """µs per step of a segment, and of the reference kernel in it."""
+    kernel_before, started = reference_ns, time.perf_counter()
+    train(source, args.ab_segment, reference=True)
+    return (time.perf_counter() - started) / args.ab_segment * 1e6, (reference_ns - kernel_before) / args.ab_segment / 1e3
 
 
 def ab_pairs(probe, source) -> None:
-    train(source, args.warmup)
+    train(source, args.warmup, reference=True)
     publisher_clock = time.pthread_getcpuclockid(probe.publisher._thread.ident)
     publisher_cpu = time.clock_gettime_ns(publisher_clock)
     # Random order and warm-up length: what recurs every so many steps (a garbage
@@ -108,21 +126,32 @@ def ab_pairs(probe, source) -> None:
                 (probe.resume if probed else probe.suspend)()
             warm = order.randint(args.ab_warm, 2 * args.ab_warm)
             warmed += warm
-            train(source, warm)
+            train(source, warm, reference=True)
             times[probed] = segment_us(source)
-        print(f"ab {times[False]:.3f} {times[True]:.3f}", flush=True)
+        (bare_us, bare_kernel_us), (probed_us, probed_kernel_us) = times[False], times[True]
+        print(f"ab {bare_us:.3f} {probed_us:.3f} {bare_kernel_us:.3f} {probed_kernel_us:.3f}", flush=True)
     steps = args.ab_pairs * 2 * args.ab_segment + warmed
     print(f"publisher_us_per_step {(time.clock_gettime_ns(publisher_clock) - publisher_cpu) / steps / 1e3:.3f}")
     probe.resume()
 
 
-def noise_pairs(source) -> None:
-    train(source, args.warmup)
-    differences = [segment_us(source) - segment_us(source) for _ in range(args.noise_pairs)]
-    median = statistics.median(differences)
+def robust_sd(values: list[float]) -> float:
     # Robust: an epoch's start or a garbage collection puts ms on a rare segment, which
     # the A/B drops as an outlier; what it cannot drop is the spread of the rest.
-    print(f"noise_sd_us {1.4826 * statistics.median(abs(d - median) for d in differences):.1f}")
+    median = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - median) for v in values)
+
+
+def noise_pairs(source) -> None:
+    train(source, args.warmup, reference=True)
+    differences, kernel_differences = [], []
+    for _ in range(args.noise_pairs):
+        (first, first_kernel), (second, second_kernel) = segment_us(source), segment_us(source)
+        differences.append(first - second)
+        kernel_differences.append(first_kernel - second_kernel)
+    slope = statistics.linear_regression(kernel_differences, differences).slope
+    print(f"noise_sd_us {robust_sd(differences):.1f}")
+    print(f"noise_sd_adjusted_us {robust_sd([d - slope * k for d, k in zip(differences, kernel_differences)]):.1f}")
 
 
 def monitor_pairs(source) -> None:
@@ -138,7 +167,7 @@ def monitor_pairs(source) -> None:
             # caches as they were, and the monitor's catching up on SIGCONT is what is measured.
             for running in ((False, True) if order.random() < 0.5 else (True, False)):
                 os.kill(monitor, signal.SIGCONT if running else signal.SIGSTOP)
-                times[running] = segment_us(source)
+                times[running] = segment_us(source)[0]
             os.kill(monitor, signal.SIGCONT)
             print(f"monitor {times[False]:.3f} {times[True]:.3f}", flush=True)
     finally:

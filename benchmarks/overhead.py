@@ -7,13 +7,17 @@
 2. In-process A/B: one `fastmon run` whose loop runs pairs of short segments, one with the
    probe suspended (bare torch, every patch and hook out) and one with it on, in random
    order, a few unclocked steps after each switch (its re-patching is a transient no real
-   run has). Per pair, probed minus bare µs/step; the estimate is their mean after
-   dropping pairs more than 10 median absolute deviations from the median (a garbage
-   collection or a stalled vCPU puts ±4 ms on a 20-step segment of 3 ms steps, both
-   ways), with a bootstrap 95% interval.
-   It keeps what is rare but the probe's: a segment holding a timed step is +10 µs/step
-   at most. The median is shown too: it leaves those out. The control runs the same
-   pairs with the probe on in both halves: the method's own noise. The publisher
+   run has). Per pair, probed minus bare µs/step, after dropping pairs more than 10
+   median absolute deviations from the median (a garbage collection or a stalled vCPU
+   puts ±4 ms on a 20-step segment of 3 ms steps, both ways); the mean keeps what is
+   rare but the probe's (a segment holding a timed step). Every step of the A/B also
+   runs a reference kernel no probe hook touches (loop.py): the estimate is the pair
+   difference where the kernel's two times were equal, the intercept of the difference
+   regressed on the kernel's difference, which takes out the core's speed changing
+   between the halves (the spread halves or better on a noisy VM). Its bias would be
+   the slope times the kernel's own mean difference, shown: near zero, since nothing
+   of the probe runs in the kernel. Bootstrap 95% intervals over pairs. The control
+   runs the same pairs with the probe on in both halves: the method's own noise. The publisher
    thread ships the log whenever its round comes, in either half, so the pairs cannot see
    it: its CPU time per step is added (an upper bound on what it takes from training).
 
@@ -84,10 +88,9 @@ def printed(stdout: str, name: str) -> float:
     return float(next(line.split()[1] for line in stdout.splitlines() if line.startswith(name + " ")))
 
 
-def pairs(stdout: str, tag: str = "ab") -> list[tuple[float, float]]:
-    """The pairs loop.py printed as ``TAG FIRST SECOND``."""
-    return [(float(a), float(b)) for _, a, b in (line.split() for line in stdout.splitlines()
-                                                 if line.startswith(tag + " "))]
+def pairs(stdout: str, tag: str = "ab") -> list[tuple[float, ...]]:
+    """The rows loop.py printed as ``TAG VALUE...``."""
+    return [tuple(float(v) for v in line.split()[1:]) for line in stdout.splitlines() if line.startswith(tag + " ")]
 
 
 OUTLIER_MADS = 10  # pairs further than this many median absolute deviations from the median are dropped
@@ -103,11 +106,38 @@ def robust_mean(differences: list[float]) -> float:
     return statistics.mean(inliers(differences))
 
 
+def inlier_pairs(pairs_of_differences: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(step difference, kernel difference) pairs, without those where either is an outlier."""
+    steps = set(inliers([d for d, _ in pairs_of_differences]))
+    kernels = set(inliers([k for _, k in pairs_of_differences]))
+    return [(d, k) for d, k in pairs_of_differences if d in steps and k in kernels]
+
+
+def adjusted_mean(pairs_of_differences: list[tuple[float, float]]) -> float:
+    """The step difference where the reference kernel's difference is zero: the intercept
+    of the least-squares line through the (kernel difference, step difference) pairs."""
+    kept = inlier_pairs(pairs_of_differences)
+    return statistics.linear_regression([k for _, k in kept], [d for d, _ in kept]).intercept
+
+
+def kernel_slope(pairs_of_differences: list[tuple[float, float]]) -> float:
+    kept = inlier_pairs(pairs_of_differences)
+    return statistics.linear_regression([k for _, k in kept], [d for d, _ in kept]).slope
+
+
+def ab_differences(stdout: str) -> list[tuple[float, float]]:
+    """(probed minus bare µs/step, the same of the reference kernel) of each A/B pair."""
+    return [(probed - bare, probed_kernel - bare_kernel) for bare, probed, bare_kernel, probed_kernel in pairs(stdout)]
+
+
 def with_interval(estimate, differences: list[float], resamples: int = 1000) -> tuple[float, float, float]:
     """``estimate`` of the pair differences, and its bootstrap 95% interval over pairs."""
     rng = random.Random(0)
     boot = sorted(estimate(rng.choices(differences, k=len(differences))) for _ in range(resamples))
     return estimate(differences), boot[int(0.025 * resamples)], boot[int(0.975 * resamples)]
+
+
+SECTIONS = ("runs", "ab", "monitor", "timed", "rss")
 
 
 def main() -> None:
@@ -117,30 +147,63 @@ def main() -> None:
     parser.add_argument("--segment", type=int, default=20, help="clocked steps per A/B segment")
     parser.add_argument("--warm", type=int, default=5, help="unclocked steps after each A/B switch")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", help="run only the cases whose name contains this")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"which to run, of {','.join(SECTIONS)}")
     parser.add_argument("--rss-steps", type=int, default=100_000)
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.md"))
     args = parser.parse_args()
+    sections = args.sections.split(",")
+    if unknown := set(sections) - set(SECTIONS):
+        parser.error(f"unknown sections {sorted(unknown)}: choose from {','.join(SECTIONS)}")
     if args.quick:
         args.repeats, args.pairs, args.rss_steps = 2, 40, 5_000
         TIMED_STEP_RUN_STEPS.update((name, 1_000) for name in CASES)
+    if args.only:
+        for name in [name for name in CASES if args.only not in name]:
+            del CASES[name]
     work = tempfile.mkdtemp(prefix="fastmon-bench-")
-    bare = [sys.executable, str(LOOP)]
     noise = [sys.executable, str(LOOP), *NOISE_CASE, "--noise-pairs", str(40 if args.quick else NOISE_PAIRS)]
-    noise_before = printed(run(noise, work), "noise_sd_us")
-    print(f"machine noise now: {noise_before:.0f} µs/step (robust sd of bare segment pair differences)", flush=True)
+    noise_before = run(noise, work)
+    print(f"machine noise now: {printed(noise_before, 'noise_sd_us'):.0f} µs/step (robust sd of bare segment pair "
+          f"differences; {printed(noise_before, 'noise_sd_adjusted_us'):.0f} after the kernel regression)", flush=True)
     watched = [sys.executable, "-m", "fastmon", "run", "--headless", str(LOOP)]
     lines = [f"# Probe overhead — {datetime.date.today()} — {platform.processor() or platform.machine()}, "
-             f"{os.cpu_count()} cores, Python {platform.python_version()}", "",
-             "Interleaved runs: `python loop.py` vs `fastmon run --headless loop.py`, alternately; mean step "
-             f"time of each run's timed steps; median over {args.repeats} pairs of runs.", "",
+             f"{os.cpu_count()} cores, Python {platform.python_version()}"]
+    if "runs" in sections:
+        lines += runs_section(watched, work, args.repeats)
+    if "ab" in sections:
+        lines += ab_section(watched, work, args.pairs, args.segment, args.warm)
+    if "monitor" in sections:
+        lines += monitor_section(watched, work, args.pairs, args.segment)
+    if "timed" in sections:
+        lines += timed_step_section(watched, work)
+    if "rss" in sections:
+        lines += rss_section(watched, work, args.rss_steps)
+    noise_after = run(noise, work)
+    lines[1:1] = ["", f"Machine noise (bare `loop.py {' '.join(NOISE_CASE)} --noise-pairs`, robust sd of "
+                  f"the pair differences of 20-step segments): {printed(noise_before, 'noise_sd_us'):.0f} µs/step "
+                  f"before, {printed(noise_after, 'noise_sd_us'):.0f} after; after the kernel regression "
+                  f"{printed(noise_before, 'noise_sd_adjusted_us'):.0f} and {printed(noise_after, 'noise_sd_adjusted_us'):.0f}. "
+                  "A quiet hour here reads 20-40 unadjusted."]
+    lines += ["", f"Reproduce: `{' '.join(['python benchmarks/overhead.py', *sys.argv[1:]])}`"]
+    print("\n".join(lines[-3:]))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+def runs_section(watched: list[str], work: str, repeats: int) -> list[str]:
+    lines = ["", "Interleaved runs: `python loop.py` vs `fastmon run --headless loop.py`, alternately; mean step "
+             f"time of each run's timed steps; median over {repeats} pairs of runs.", "",
              "| case | bare µs/step | fastmon µs/step | added µs/step | median ratio |",
              "| --- | ---: | ---: | ---: | ---: |"]
+    bare = [sys.executable, str(LOOP)]
     every_step = [sys.executable, "-m", "fastmon", "run", "--headless", "--every-step", str(LOOP)]
     runs = [(name, case, watched) for name, case in CASES.items()]
-    runs.append((f"{EVERY_STEP_CASE}, `--every-step`", CASES[EVERY_STEP_CASE], every_step))
+    if EVERY_STEP_CASE in CASES:
+        runs.append((f"{EVERY_STEP_CASE}, `--every-step`", CASES[EVERY_STEP_CASE], every_step))
     for name, case, command in runs:
         bare_us, watched_us, ratios = [], [], []
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             b = printed(run(bare + case, work), "step_us")
             w = printed(run(command + case, work), "step_us")
             bare_us.append(b)
@@ -149,51 +212,54 @@ def main() -> None:
         mb, mw = statistics.median(bare_us), statistics.median(watched_us)
         lines.append(f"| {name} | {mb:.1f} | {mw:.1f} | {mw - mb:+.1f} | {statistics.median(ratios):.3f} |")
         print(lines[-1], flush=True)
+    return lines
 
-    lines += ["", f"In-process A/B under `fastmon run --headless`: {args.pairs} pairs of {args.segment}-step segments "
-              f"({args.warm} to {2 * args.warm} unclocked steps after each switch), probe suspended (every patch "
-              "and hook out) vs on, "
-              "in random order. Pair difference = probed minus bare µs/step. Mean = their mean without the pairs "
-              f"more than {OUTLIER_MADS} median absolute deviations from the median [bootstrap 95%]; median = their "
-              "median (blind to the rare timed step). Control: the same pairs with the probe on in both "
-              "halves. Publisher = its thread's CPU time per step, which the pairs cannot see. Added = mean + "
-              "publisher; ratio = (bare + added) / bare.", "",
-              "| case | bare µs/step | mean difference [95%] (pairs dropped) | median difference | "
-              "control mean [95%] | publisher µs/step | added µs/step | ratio |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+def ab_section(watched: list[str], work: str, pair_count: int, segment: int, warm: int) -> list[str]:
+    lines = ["", f"In-process A/B under `fastmon run --headless`: {pair_count} pairs of {segment}-step segments "
+             f"({warm} to {2 * warm} unclocked steps after each switch), probe suspended (every patch "
+             "and hook out) vs on, "
+             "in random order; every step runs a reference kernel first (a matmul the size of the first layer's, "
+             "no probe hook in it; its time is in bare µs/step). Pair difference = probed minus bare µs/step, "
+             f"pairs more than {OUTLIER_MADS} median absolute deviations from the median dropped. Raw = their "
+             "mean; adjusted = the difference where the kernel's times were equal (intercept of the difference "
+             "regressed on the kernel's difference): the core's speed changing between halves taken out. "
+             "Kernel = the kernel's own mean difference: what the probe does to code it does not touch (the "
+             "adjustment's bias is slope x this). Control: the same pairs with the probe on in both halves, "
+             "adjusted. Publisher = its thread's CPU time per step, which the pairs cannot see. Added = adjusted "
+             "+ publisher; ratio = (bare + added) / bare. [bootstrap 95%]", "",
+             "| case | bare µs/step | raw mean [95%] (pairs dropped) | adjusted [95%] (slope) | kernel [95%] | "
+             "control, adjusted [95%] | publisher µs/step | added µs/step | ratio |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, case in CASES.items():
-        ab = ["--ab-pairs", str(args.pairs), "--ab-segment", str(args.segment), "--ab-warm", str(args.warm)]
+        ab = ["--ab-pairs", str(pair_count), "--ab-segment", str(segment), "--ab-warm", str(warm)]
         measured_out = run(watched + case + ab, work)
-        measured = [p - b for b, p in pairs(measured_out)]
-        control = [p - b for b, p in pairs(run(watched + case + ab + ["--ab-control"], work))]
-        bare_us = statistics.median(b for b, _ in pairs(measured_out))
-        mean, low, high = with_interval(robust_mean, measured)
-        c_mean, c_low, c_high = with_interval(robust_mean, control)
+        measured = ab_differences(measured_out)
+        control = ab_differences(run(watched + case + ab + ["--ab-control"], work))
+        bare_us = statistics.median(row[0] for row in pairs(measured_out))
+        raw_mean, raw_low, raw_high = with_interval(robust_mean, [d for d, _ in measured])
+        mean, low, high = with_interval(adjusted_mean, measured)
+        k_mean, k_low, k_high = with_interval(robust_mean, [k for _, k in measured])
+        c_mean, c_low, c_high = with_interval(adjusted_mean, control)
         publisher = printed(measured_out, "publisher_us_per_step")
         added = mean + publisher
-        lines.append(f"| {name} | {bare_us:.1f} | {mean:+.1f} [{low:+.1f}, {high:+.1f}] ({len(measured) - len(inliers(measured))}) | "
-                     f"{statistics.median(measured):+.1f} | {c_mean:+.1f} [{c_low:+.1f}, {c_high:+.1f}] | "
-                     f"{publisher:.1f} | {added:+.1f} | {(bare_us + added) / bare_us:.4f} |")
+        lines.append(f"| {name} | {bare_us:.1f} | {raw_mean:+.1f} [{raw_low:+.1f}, {raw_high:+.1f}] "
+                     f"({len(measured) - len(inlier_pairs(measured))}) | {mean:+.1f} [{low:+.1f}, {high:+.1f}] "
+                     f"({kernel_slope(measured):.1f}) | {k_mean:+.2f} [{k_low:+.2f}, {k_high:+.2f}] | "
+                     f"{c_mean:+.1f} [{c_low:+.1f}, {c_high:+.1f}] | {publisher:.1f} | {added:+.1f} | "
+                     f"{(bare_us + added) / bare_us:.4f} |")
         print(lines[-1], flush=True)
+    return lines
 
-    lines += monitor_section(watched, work, args.pairs, args.segment)
-    lines += timed_step_section(watched, work)
 
-    every = max(args.rss_steps // 10, 1)
-    out = run(watched + ["--no-loader", "--steps", str(args.rss_steps), "--warmup", "0", "--rss-every", str(every)], work)
+def rss_section(watched: list[str], work: str, steps: int) -> list[str]:
+    every = max(steps // 10, 1)
+    out = run(watched + ["--no-loader", "--steps", str(steps), "--warmup", "0", "--rss-every", str(every)], work)
     rss = [(int(s), int(r)) for _, s, r in (line.split() for line in out.splitlines() if line.startswith("rss"))]
-    first, last = rss[0], rss[-1]
-    noise_after = printed(run(noise, work), "noise_sd_us")
-    lines[1:1] = ["", f"Machine noise (bare `loop.py {' '.join(NOISE_CASE)} --noise-pairs`, robust sd of "
-                  f"the pair differences of 20-step segments): {noise_before:.0f} µs/step before, {noise_after:.0f} after. "
-                  "A quiet hour here reads 20-40; above ~60 the ~3 ms rows cannot resolve a few µs."]
-    lines += ["", f"Probe process RSS over {args.rss_steps:,} steps (MLP 64, under `fastmon run --headless`): "
-              f"{first[1] / 2**20:.1f} MiB at step {first[0]:,}, {last[1] / 2**20:.1f} MiB at step {last[0]:,} "
-              f"({(last[1] - first[1]) / 2**20:+.2f} MiB).", "",
-              "Reproduce: `python benchmarks/overhead.py`"]
-    print("\n".join(lines[-3:]))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    (first_step, first_rss), (last_step, last_rss) = rss[0], rss[-1]
+    return ["", f"Probe process RSS over {steps:,} steps (MLP 64, under `fastmon run --headless`): "
+            f"{first_rss / 2**20:.1f} MiB at step {first_step:,}, {last_rss / 2**20:.1f} MiB at step {last_step:,} "
+            f"({(last_rss - first_rss) / 2**20:+.2f} MiB)."]
 
 
 def monitor_section(watched: list[str], work: str, pair_count: int, segment: int) -> list[str]:
