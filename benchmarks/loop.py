@@ -108,7 +108,8 @@ def segment_us(source) -> tuple[float, float]:
     """µs per step of a segment, and of the reference kernel in it."""
     kernel_before, started = reference_ns, time.perf_counter()
     train(source, args.ab_segment, reference=True)
-    return (time.perf_counter() - started) / args.ab_segment * 1e6, (reference_ns - kernel_before) / args.ab_segment / 1e3
+    step_us = (time.perf_counter() - started) / args.ab_segment * 1e6
+    return step_us, (reference_ns - kernel_before) / args.ab_segment / 1e3
 
 
 def ab_pairs(probe, source) -> None:

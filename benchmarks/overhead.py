@@ -77,7 +77,8 @@ def bench_env() -> dict:
 
 
 def run(cmd: list[str], cwd: str) -> str:
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=bench_env(), timeout=900)
+    # Generous: a 4000-pair A/B of 3 ms steps runs ~20 min.
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=bench_env(), timeout=4 * 3600)
     if out.returncode != 0:
         raise RuntimeError(f"{cmd} failed:\n{out.stderr[-2000:]}")
     return out.stdout
@@ -183,7 +184,8 @@ def main() -> None:
     lines[1:1] = ["", f"Machine noise (bare `loop.py {' '.join(NOISE_CASE)} --noise-pairs`, robust sd of "
                   f"the pair differences of 20-step segments): {printed(noise_before, 'noise_sd_us'):.0f} µs/step "
                   f"before, {printed(noise_after, 'noise_sd_us'):.0f} after; after the kernel regression "
-                  f"{printed(noise_before, 'noise_sd_adjusted_us'):.0f} and {printed(noise_after, 'noise_sd_adjusted_us'):.0f}. "
+                  f"{printed(noise_before, 'noise_sd_adjusted_us'):.0f} and "
+                  f"{printed(noise_after, 'noise_sd_adjusted_us'):.0f}. "
                   "A quiet hour here reads 20-40 unadjusted."]
     lines += ["", f"Reproduce: `{' '.join(['python benchmarks/overhead.py', *sys.argv[1:]])}`"]
     print("\n".join(lines[-3:]))
