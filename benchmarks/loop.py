@@ -9,10 +9,11 @@ runs a reference kernel before its forward (a matmul the size of the first layer
 no probe hook touches) and the REF columns are its µs per step: the core's speed in that
 segment. The noise here is the core running slower for stretches of ~100 ms (a neighbour
 on the SMT sibling), which slows the kernel too, so the analysis regresses the pair
-difference on the kernel's (benchmarks/overhead.py): the spread halves, and the probe's
-cost is what is left where the kernel's times were equal. After each switch, --ab-warm to twice that many steps
-run before the segment's clock starts: suspending and resuming re-patch classes, and the
-interpreter's caches take a few steps to settle, a cost no real run pays. --ab-control
+difference on the kernel's (benchmarks/overhead.py): the spread falls to a third, and
+the probe's cost is what is left where the kernel's times were equal. After each
+switch, --ab-warm to twice that many steps run before the segment's clock starts:
+suspending and resuming re-patch classes, and the interpreter's caches take a few steps
+to settle, a cost no real run pays. --ab-control
 keeps the probe on in both halves: what that shows is the method's own noise. At the end
 it prints `publisher_us_per_step`: the publisher thread's CPU time over all the A/B's
 steps. That thread ships whatever the probe logged whenever its round comes, in either

@@ -114,16 +114,15 @@ def inlier_pairs(pairs_of_differences: list[tuple[float, float]]) -> list[tuple[
     return [(d, k) for d, k in pairs_of_differences if d in steps and k in kernels]
 
 
+def kernel_fit(pairs_of_differences: list[tuple[float, float]]):
+    """The least-squares line through the (kernel difference, step difference) pairs."""
+    kept = inlier_pairs(pairs_of_differences)
+    return statistics.linear_regression([k for _, k in kept], [d for d, _ in kept])
+
+
 def adjusted_mean(pairs_of_differences: list[tuple[float, float]]) -> float:
-    """The step difference where the reference kernel's difference is zero: the intercept
-    of the least-squares line through the (kernel difference, step difference) pairs."""
-    kept = inlier_pairs(pairs_of_differences)
-    return statistics.linear_regression([k for _, k in kept], [d for d, _ in kept]).intercept
-
-
-def kernel_slope(pairs_of_differences: list[tuple[float, float]]) -> float:
-    kept = inlier_pairs(pairs_of_differences)
-    return statistics.linear_regression([k for _, k in kept], [d for d, _ in kept]).slope
+    """The step difference where the reference kernel's difference is zero."""
+    return kernel_fit(pairs_of_differences).intercept
 
 
 def ab_differences(stdout: str) -> list[tuple[float, float]]:
@@ -247,7 +246,7 @@ def ab_section(watched: list[str], work: str, pair_count: int, segment: int, war
         added = mean + publisher
         lines.append(f"| {name} | {bare_us:.1f} | {raw_mean:+.1f} [{raw_low:+.1f}, {raw_high:+.1f}] "
                      f"({len(measured) - len(inlier_pairs(measured))}) | {mean:+.1f} [{low:+.1f}, {high:+.1f}] "
-                     f"({kernel_slope(measured):.1f}) | {k_mean:+.2f} [{k_low:+.2f}, {k_high:+.2f}] | "
+                     f"({kernel_fit(measured).slope:.1f}) | {k_mean:+.2f} [{k_low:+.2f}, {k_high:+.2f}] | "
                      f"{c_mean:+.1f} [{c_low:+.1f}, {c_high:+.1f}] | {publisher:.1f} | {added:+.1f} | "
                      f"{(bare_us + added) / bare_us:.4f} |")
         print(lines[-1], flush=True)
