@@ -145,15 +145,16 @@ def robust_sd(values: list[float]) -> float:
 
 
 def noise_pairs(source) -> None:
+    from overhead import kernel_fit  # the A/B's own fit, outliers dropped as there
+
     train(source, args.warmup, reference=True)
-    differences, kernel_differences = [], []
+    differences = []  # (step, kernel) µs/step, first segment minus second
     for _ in range(args.noise_pairs):
         (first, first_kernel), (second, second_kernel) = segment_us(source), segment_us(source)
-        differences.append(first - second)
-        kernel_differences.append(first_kernel - second_kernel)
-    slope = statistics.linear_regression(kernel_differences, differences).slope
-    print(f"noise_sd_us {robust_sd(differences):.1f}")
-    print(f"noise_sd_adjusted_us {robust_sd([d - slope * k for d, k in zip(differences, kernel_differences)]):.1f}")
+        differences.append((first - second, first_kernel - second_kernel))
+    slope = kernel_fit(differences).slope
+    print(f"noise_sd_us {robust_sd([d for d, _ in differences]):.1f}")
+    print(f"noise_sd_adjusted_us {robust_sd([d - slope * k for d, k in differences]):.1f}")
 
 
 def monitor_pairs(source) -> None:

@@ -2,8 +2,9 @@
 
 What it detects: a multi-worker DataLoader without ``persistent_workers`` whose epoch
 start (the wait in ``iter()`` and for the first batch, less what any batch waits) takes
-a visible part of an epoch. Workers started with ``spawn`` (the default on macOS and Windows) each import
-torch and unpickle the dataset before their first batch: seconds, at every epoch.
+a visible part of an epoch. Workers started with ``spawn`` (the default on macOS and
+Windows) each import torch and unpickle the dataset before their first batch: seconds,
+at every epoch.
 Why it matters: every epoch starts the workers again and re-runs dataset set-up in them,
 while the model waits.
 How to fix: ``DataLoader(..., persistent_workers=True)``; fastmon applies it for the next
