@@ -23,6 +23,9 @@ def status_line(session) -> str:
         steps = rank0.steps if rank0 else 0
         gpu = state.gpu[-1] if state.gpu else None
         applying = [a for a in state.advice.values() if a.get("status") == "applying"]
+    if not steps:
+        # "0.0 steps/s" while the script imports and loads its data reads like a stall
+        return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
     window = Window.from_rows(recent(rows, STATUS_WINDOW))
     shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
     parts = [f"[fastmon] step {steps}", f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]

@@ -14,8 +14,10 @@ import zipfile
 import pytest
 
 from conftest import EXAMPLES, SCRIPTS, run_dirs
+from fastmon.headless import status_line
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.probe.sampling import TIME_ALL_FIRST
+from fastmon.session import RunOptions, Session
 from fastmon.tui.app import FastmonApp
 from fastmon.tui.snapshot import ReplaySource
 
@@ -130,6 +132,12 @@ async def test_training_in_torch_multiprocessing_children_is_named_with_what_to_
         await pilot.pause(0.3)
         shown = [str(toast.render()) for toast in app.screen.query("Toast")]
         assert any(t.startswith("T" + said[1:]) and "RANK / LOCAL_RANK / WORLD_SIZE" in t for t in shown)
+
+
+def test_the_status_line_before_the_first_step_says_none_has_ended(tmp_path):
+    session = Session(RunOptions(target=[str(SCRIPTS / "progress_bar.py")], runs_dir=str(tmp_path / "runs")))
+    assert status_line(session) == ("[fastmon] step 0 | no training step has ended yet "
+                                    "(a step ends at optimizer.step())")
 
 
 def test_headless_status_lines_start_their_own_line_under_a_progress_bar(run_fastmon):
