@@ -32,7 +32,8 @@
    loop.py`, many steps): the median wall time of the timed steps, of the untimed step
    before each (it arms the timing hooks), of the one after (it disarms them, and runs
    cold), against the median of the untimed steps far from any timed one. Their sum is
-   what ``fastmon.probe.sampling.TIMED_STEP_COST_NS`` stands for.
+   what the probe's schedule (``fastmon.probe.sampling``) measures for itself in the run
+   to space its timed steps; the table puts its last measure beside.
 
 Then the probe's RSS over 100k steps. Before and after all of it, the machine's noise: the
 robust sd of the pair differences of bare 20-step segments of the ~3 ms case (`loop.py
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import random
@@ -68,7 +70,7 @@ CASES = {  # name -> loop.py arguments
 NOISE_CASE = ["--width", "420", "--batch", "224"]
 NOISE_PAIRS = 300
 EVERY_STEP_CASE = "tiny MLP 8, batch 4, no DataLoader"  # also run with --every-step: what full timing costs
-TIMED_STEP_RUN_STEPS = {name: 30_000 if "420" not in name else 6_000 for name in CASES}  # ~100 timed steps or more
+TIMED_STEP_RUN_STEPS = {name: 40_000 if "420" not in name else 20_000 for name in CASES}  # ~40 timed steps or more
 
 
 def bench_env() -> dict:
@@ -286,14 +288,17 @@ def timed_step_section(watched: list[str], work: str) -> list[str]:
     lines = ["", "What one timed step costs (`fastmon run --headless loop.py`, one run per case; median wall time "
              "of each kind of step minus that of the untimed steps at least 4 steps from a timed one):", "",
              "| case | timed steps | untimed µs | timed step | step before (arms) | step after (disarms) | "
-             "one timed step, in all | at the run's sample, µs a step |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "one timed step, in all | the probe's own measure | at the run's sample, µs a step |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, case in CASES.items():
         folder = tempfile.mkdtemp(dir=work)
         steps = ["--steps", str(TIMED_STEP_RUN_STEPS[name])]
         run(watched + case + steps, folder)
         (record,) = Path(folder).glob("fastmon-runs/*/run.sqlite")
-        rows = sqlite3.connect(record).execute("SELECT step, wall, timed FROM steps WHERE rank = 0").fetchall()
+        db = sqlite3.connect(record)
+        rows = db.execute("SELECT step, wall, timed FROM steps WHERE rank = 0").fetchall()
+        said = db.execute("SELECT value FROM facts WHERE key = 'timing' ORDER BY t DESC LIMIT 1").fetchone()
+        own = f"{json.loads(said[0])['timed_step_us']:.0f}, one in {json.loads(said[0])['one_in']:.0f}" if said else "-"
         rows = [row for row in rows if row[0] >= TIME_ALL_FIRST + 50]  # past the start's all-timed steps
         timed = {step for step, _, was_timed in rows if was_timed}
         walls: dict[str, list[float]] = {"timed": [], "before": [], "after": [], "far": []}
@@ -307,7 +312,8 @@ def timed_step_section(watched: list[str], work: str) -> list[str]:
         episode = sum(extra.values())
         share = len(timed) / len(rows)
         lines.append(f"| {name} | {len(timed)} of {len(rows)} | {far:.1f} | {extra['timed']:+.1f} | "
-                     f"{extra['before']:+.1f} | {extra['after']:+.1f} | {episode:+.0f} | {episode * share:+.1f} |")
+                     f"{extra['before']:+.1f} | {extra['after']:+.1f} | {episode:+.0f} | {own} | "
+                     f"{episode * share:+.1f} |")
         print(lines[-1], flush=True)
     return lines
 

@@ -52,8 +52,14 @@ def format_text(s: dict) -> str:
                      "optimizer) in the process fastmon started")
     lines.append("")
     timed = s.get("timed_steps", s["steps"])
-    sampled = f"   phases timed in {timed} of the {s['steps']} steps (a random sample)" if timed < s["steps"] else ""
-    lines.append(f"  {'phase':<10} {'share':>7} {'median ms':>10} {'p90 ms':>9}{sampled}")
+    if timed < s["steps"]:
+        line = f"  phases timed in {timed} of the {s['steps']} steps, a random sample"
+        price = s.get("timing")
+        if price:
+            line += (f" (a timed step costs ~{price['timed_step_us'] / 1e3:.2f} ms here: "
+                     f"one in ~{price['one_in']:.0f} is timed)")
+        lines.append(line)
+    lines.append(f"  {'phase':<10} {'share':>7} {'median ms':>10} {'p90 ms':>9}")
     for phase in PHASES:
         share = s["phases"][phase]
         bar = "█" * round(share * 30)

@@ -77,7 +77,9 @@ def summarize(run_dir) -> dict:
         summary["dropped"] = sum(m.get("dropped", 0) or 0 for m in metas)
         summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
-        summary["permanent_changes"] = permanent_changes(summary["applied"], records[0].facts())
+        facts = records[0].facts()
+        summary["permanent_changes"] = permanent_changes(summary["applied"], facts)
+        summary["timing"] = facts.get("timing")  # the probe's measure of what a timed step costs
         events = [e for rec in records for e in rec.events()]
         summary["probe_faults"] = [e for e in events if e["kind"] == "probe_fault"]
         summary["profiles"] = [e for e in events if e["kind"] == "profile"]

@@ -168,13 +168,15 @@ class Probe:
         if next_timed > step + 1 and not (changed or self.forward_part.discovering or not self.optimizer_part.created
                                           or self.hot.waiting or self.profile.active is not None):
             self.next_timed_step = next_timed
-            self.disarm()
-            self._set_wake(optimizer)
+            self.disarm()  # the next step ends the long way: the schedule measures from its end
 
     def _before_send(self) -> None:
         """In the publisher's thread, before each send: what the training thread leaves for it."""
         self.clock.flush_untimed()
         self.loader_part.report()
+        timing = self.schedule.news()
+        if timing is not None:
+            self.fact("timing", timing)
 
     def _wake(self) -> None:
         """Commands arrived: the next untimed step's end takes them."""
@@ -182,8 +184,9 @@ class Probe:
 
     def _set_wake(self, optimizer) -> None:
         """Untimed steps of ``optimizer`` end the short way until the step before the next
-        timed one, or the step of the next gradient-norm sample, whichever comes first."""
-        short_until = min(self.next_timed_step, self.profile.start_at) - 1
+        timed one, the step of the next gradient-norm sample, or the next step whose end the
+        schedule measures its timed steps' cost by, whichever comes first."""
+        short_until = min(self.next_timed_step - 1, self.profile.start_at - 1, self.schedule.next_mark(self.clock.step))
         if self.checks_part.on:
             short_until = min(short_until, self.checks_part.next_norm_step)
         if self.hot.waiting or self.publisher.control or not self.optimizer_part.fast or optimizer is None:
@@ -223,6 +226,7 @@ class Probe:
         stepped), or it ends the long way (a skipped GradScaler step, nested steps). The
         optimizer's post hook has the plain case inline."""
         try:
+            entered = perf_counter_ns()
             clock = self.clock
             if optimizer is not None:
                 self.checks_part.grad_norm_if_due(optimizer)
@@ -231,12 +235,15 @@ class Probe:
             if profile.active is not None or clock.step + 1 >= profile.start_at:
                 resume_timing = profile.at_boundary(clock.step + 1) or resume_timing
             if resume_timing:
+                self.schedule.arming(clock.step, entered)
                 self.arm()  # the step after a change is timed too: it shows what the change did
-            clock.ends.append(perf_counter_ns())
+            end = perf_counter_ns()
+            clock.ends.append(end)
             clock.step += 1
             if resume_timing:
                 clock.flush_untimed()
             else:
+                self.schedule.untimed_end(clock.step - 1, end)
                 self._set_wake(optimizer)
         except Exception as exc:
             self._step_fault(exc)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
 import pytest
 
-from fastmon.probe.sampling import BUDGET_NS, TIME_ALL_FIRST, TIMED_STEP_COST_NS, TimingSchedule
+from fastmon.probe.sampling import (BUDGET_NS, MAX_TIMED_STEP_COST_NS, TIME_ALL_FIRST, TIMED_STEP_COST_NS,
+                                    TimingSchedule)
 
 US = 1_000
 
@@ -52,3 +54,61 @@ def test_the_users_random_state_is_untouched():
     random.seed(7)
     gaps(TimingSchedule(), 400 * US, 100)
     assert [random.random() for _ in range(3)] == expected
+
+
+def run(schedule: TimingSchedule, steps: int, step_ns, *, cold_ns=0, arm_ns=0, timed_ns=0, jitter=0.0) -> list[int]:
+    """Drive the schedule as the probe does, on steps of ``step_ns(step)`` (± ``jitter``)
+    whose timing adds ``timed_ns`` to the timed step, ``arm_ns`` to the one before and
+    ``cold_ns`` to the one after; returns the timed steps."""
+    noise = random.Random(1)
+    now, next_timed, timed = 0, 0, []
+    for step in range(steps):
+        wall = step_ns(step) * (1 + jitter * noise.uniform(-1, 1))
+        if step == next_timed:
+            now += wall + timed_ns
+            timed.append(step)
+            next_timed = step + schedule.gap(step, now)
+            continue
+        now += wall + (cold_ns if step == timed[-1] + 1 else 0)
+        if step == next_timed - 1:
+            schedule.arming(step, now)
+            now += arm_ns
+        elif step == timed[-1] + 1 or schedule.next_mark(step) == step:  # the steps that end the long way
+            schedule.untimed_end(step, now)
+    return timed
+
+
+def test_the_price_of_a_timed_step_is_measured_in_the_run():
+    schedule = TimingSchedule()
+    timed = run(schedule, 100_000, lambda step: 400 * US, cold_ns=100 * US, arm_ns=60 * US, timed_ns=160 * US,
+                jitter=0.1)
+    assert schedule.step_cost_ns == pytest.approx(320 * US, rel=0.1)
+    later = [b - a for a, b in zip(timed[TIME_ALL_FIRST:], timed[TIME_ALL_FIRST + 1:])][20:]  # once measured
+    assert statistics.mean(later) == pytest.approx(320, rel=0.15)  # 320 µs a timed step / 1 µs a step
+    assert schedule.news() == {"timed_step_us": pytest.approx(320, rel=0.1), "one_in": pytest.approx(320, rel=0.1)}
+    assert schedule.news() is None  # said once, until it moves
+
+
+def test_a_drifting_step_time_is_not_taken_for_the_probes_cost():
+    # a shared core's speed wanders by ±30% over a few hundred steps: the near windows follow it
+    schedule = TimingSchedule()
+    run(schedule, 100_000, lambda step: 3000 * US * (1 + 0.3 * math.sin(step / 50)), cold_ns=150 * US,
+        arm_ns=150 * US, timed_ns=300 * US)
+    assert schedule.step_cost_ns == pytest.approx(600 * US, rel=0.15)
+
+
+def test_the_measured_price_is_held_within_its_bounds():
+    cheap, dear = TimingSchedule(), TimingSchedule()
+    run(cheap, 20_000, lambda step: 400 * US, timed_ns=20 * US)
+    run(dear, 20_000, lambda step: 400 * US, timed_ns=5000 * US)
+    assert cheap.step_cost_ns == TIMED_STEP_COST_NS and dear.step_cost_ns == MAX_TIMED_STEP_COST_NS
+
+
+def test_skewed_step_times_do_not_hide_the_cost():
+    # one step in twenty half as slow again (a log line's sync, a slowed core): the median
+    # episode would read ~200 µs short of the mean one, which is what the budget is of
+    slow = random.Random(2)
+    schedule = TimingSchedule()
+    run(schedule, 300_000, lambda step: 4000 * US * (1.5 if slow.random() < 0.05 else 1), cold_ns=200 * US,
+        arm_ns=100 * US, timed_ns=300 * US)
+    assert schedule.step_cost_ns == pytest.approx(600 * US, rel=0.3)

@@ -31,5 +31,5 @@ def train(steps: int) -> float:
 
 print("loss before", round(train(400), 6))
 model._compiled_call_impl = counted(model._call_impl)
-print("loss after", round(train(1600), 6))
+print("loss after", round(train(8000), 6))
 print("calls through the new call", new_calls)
