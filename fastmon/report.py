@@ -56,8 +56,8 @@ def format_text(s: dict) -> str:
         line = f"  phases timed in {timed} of the {s['steps']} steps, a random sample"
         price = s.get("timing")
         if price:
-            line += (f" (a timed step costs ~{price['timed_step_us'] / 1e3:.2f} ms here: "
-                     f"one in ~{price['one_in']:.0f} is timed)")
+            line += (f" (a timed step costs ~{price['timed_step_us'] / 1e3:.2f} ms here, measured on "
+                     f"{price['measured']}: one in ~{price['one_in']:.0f} is timed)")
         lines.append(line)
     lines.append(f"  {'phase':<10} {'share':>7} {'median ms':>10} {'p90 ms':>9}")
     for phase in PHASES:

@@ -105,6 +105,10 @@ class Probe:
             self.profile.close()
         except Exception as exc:
             self.report_fault("profile", exc)
+        try:
+            self._say_timing(final=True)
+        except Exception as exc:
+            self.report_fault("sampling", exc)
         self.publisher.close(final={"t": "bye", "steps": self.clock.step})
 
     def suspend(self) -> None:
@@ -174,7 +178,10 @@ class Probe:
         """In the publisher's thread, before each send: what the training thread leaves for it."""
         self.clock.flush_untimed()
         self.loader_part.report()
-        timing = self.schedule.news()
+        self._say_timing()
+
+    def _say_timing(self, final: bool = False) -> None:
+        timing = self.schedule.news(final)
         if timing is not None:
             self.fact("timing", timing)
 

@@ -118,14 +118,16 @@ class TimingSchedule:
         self._plain_step_ns += weight * ((plain_after + plain_before) / 2 - self._plain_step_ns)
         self.step_cost_ns = min(max(self._mean_episode_ns, TIMED_STEP_COST_NS), MAX_TIMED_STEP_COST_NS)
 
-    def news(self) -> dict | None:
-        """What the run's report says of the sample, when it has moved by more than
-        ``REPORT_CHANGE`` since last said (a fact per wobble would fill the record)."""
+    def news(self, final: bool = False) -> dict | None:
+        """What the run's report says of the sample: when it has moved by more than
+        ``REPORT_CHANGE`` since last said (a fact per wobble would fill the record), and
+        as it stands at the run's end (``final``)."""
         if not self._episodes:
             return None
         last = self._reported
-        if last is not None and all(abs(now / was - 1) <= REPORT_CHANGE for now, was in (
+        if not final and last is not None and all(abs(now / was - 1) <= REPORT_CHANGE for now, was in (
                 (self.step_cost_ns, last["timed_step_us"] * 1e3), (max(self.every, 1.0), last["one_in"]))):
             return None
-        self._reported = {"timed_step_us": round(self.step_cost_ns / 1e3, 1), "one_in": round(max(self.every, 1.0), 1)}
+        self._reported = {"timed_step_us": round(self.step_cost_ns / 1e3, 1), "one_in": round(max(self.every, 1.0), 1),
+                          "measured": self._episodes}
         return self._reported
