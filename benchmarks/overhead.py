@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import random
@@ -59,6 +58,7 @@ import tempfile
 from pathlib import Path
 
 from fastmon.probe.sampling import TIME_ALL_FIRST
+from fastmon.records import RunRecord
 
 HERE = Path(__file__).resolve().parent
 LOOP = HERE / "loop.py"
@@ -295,10 +295,11 @@ def timed_step_section(watched: list[str], work: str) -> list[str]:
         steps = ["--steps", str(TIMED_STEP_RUN_STEPS[name])]
         run(watched + case + steps, folder)
         (record,) = Path(folder).glob("fastmon-runs/*/run.sqlite")
-        db = sqlite3.connect(record)
-        rows = db.execute("SELECT step, wall, timed FROM steps WHERE rank = 0").fetchall()
-        said = db.execute("SELECT value FROM facts WHERE key = 'timing' ORDER BY t DESC LIMIT 1").fetchone()
-        own = f"{json.loads(said[0])['timed_step_us']:.0f}, one in {json.loads(said[0])['one_in']:.0f}" if said else "-"
+        rows = sqlite3.connect(record).execute("SELECT step, wall, timed FROM steps WHERE rank = 0").fetchall()
+        run_record = RunRecord(record.parent)
+        said = run_record.facts().get("timing")  # the probe's last word on its price
+        run_record.close()
+        own = f"{said['timed_step_us']:.0f}, one in {said['one_in']:.0f}" if said else "-"
         rows = [row for row in rows if row[0] >= TIME_ALL_FIRST + 50]  # past the start's all-timed steps
         timed = {step for step, _, was_timed in rows if was_timed}
         walls: dict[str, list[float]] = {"timed": [], "before": [], "after": [], "far": []}
