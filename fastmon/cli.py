@@ -197,7 +197,7 @@ def cmd_demo(argv: list[str]) -> int:
     parser.add_argument("--apply", choices=("ask", "auto", "never"), default="auto")
     parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     # enough epochs for both fixes to be measured: more workers, then (over whole epochs)
-    # persistent workers; a fast epoch takes ~1.5 s here
+    # persistent workers; a fast epoch takes ~1-1.5 s here
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the demo ends")
     args = parser.parse_args(argv)

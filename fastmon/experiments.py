@@ -7,6 +7,11 @@ best so far, then settles on the best. A change that shows only at epoch starts
 steps; after, an epoch's worth from the second epoch start after the change (the first
 one starts the workers that then persist). Changes that alter the maths of training (AMP,
 TF32) must also beat noise to be kept; safe ones are kept unless they hurt.
+
+Every other change is measured without the steps that waited for DataLoader workers to
+start at an epoch's start: whether an epoch begins inside a window is the luck of where
+the window falls (a search would pass over the candidate that met one), and that stall
+is the persistent-workers experiment's to measure.
 """
 
 from __future__ import annotations
@@ -60,6 +65,13 @@ class Experiment:
     sent_at: float = field(default_factory=time.monotonic)
     skip: int = WARMUP_STEPS
 
+    def measured(self, rows, startups) -> list:
+        """``rows`` that measure the change: a change measured over whole epochs keeps
+        their start-ups; any other leaves out the steps that waited for workers to start."""
+        if self.epoch or not startups:
+            return rows
+        return [r for r in rows if r[_STEP] not in startups]
+
     @property
     def current(self) -> dict:
         return self.candidates[self.index]
@@ -93,17 +105,20 @@ class ExperimentRunner:
         return self.active is not None
 
     def start(self, advice: dict, rows: list, warmup=lambda previous: WARMUP_STEPS,
-              epoch: tuple[int, int] | None = None) -> Experiment | None:
+              epoch: tuple[int, int] | None = None, startups=frozenset()) -> Experiment | None:
         """``epoch``: (steps in an epoch, the step at which the current one began), for a
         change that takes effect at the next epoch: not before an epoch's worth of steps
-        is there to compare with. None if it cannot start now."""
+        is there to compare with. ``startups``: the steps that waited for DataLoader
+        workers to start. None if it cannot start now."""
         apply = advice.get("apply") or {}
         candidates = list(apply.get("search") or ()) or [apply.get("params", {})]
-        baseline_rows = rows[-max(BASELINE_STEPS, epoch[0] if epoch else 0):]
-        if self.active is not None or not baseline_rows or epoch and len(baseline_rows) < epoch[0]:
+        if self.active is not None or not rows:
             return None
         exp = Experiment(self._next_exp, advice["id"], apply["action"], candidates,
-                         bool(apply.get("changes_maths")), warmup, baseline_rows[-1][_STEP] + 1, epoch)
+                         bool(apply.get("changes_maths")), warmup, rows[-1][_STEP] + 1, epoch)
+        baseline_rows = exp.measured(rows, startups)[-max(BASELINE_STEPS, epoch[0] if epoch else 0):]
+        if not baseline_rows or epoch and len(baseline_rows) < epoch[0]:
+            return None
         self._next_exp += 1
         exp.baseline = throughput(baseline_rows)
         self.active = exp
@@ -148,8 +163,9 @@ class ExperimentRunner:
             exp.measure_from = began + length * ((step - began) // length + 2)
         exp.state = "finalizing" if exp.state == "finalizing" else "measuring"
 
-    def tick(self, rows: list) -> None:
-        """``rows``: recent step rows (one rank), oldest first."""
+    def tick(self, rows: list, startups=frozenset()) -> None:
+        """``rows``: recent step rows (one rank), oldest first; ``startups``: the steps
+        that waited for DataLoader workers to start."""
         exp = self.active
         if exp is None:
             return
@@ -158,7 +174,7 @@ class ExperimentRunner:
                 exp.kept, exp.state, exp.error = False, "failed", "the training process did not answer"
                 self._conclude(exp)
             return
-        window = [r for r in rows if r[_STEP] >= exp.measure_from]
+        window = [r for r in exp.measured(rows, startups) if r[_STEP] >= exp.measure_from]
         if not enough(window, exp.epoch[0] if exp.epoch else MEASURE_STEPS):
             return
         measured = throughput(window)

@@ -297,7 +297,9 @@ class Session:
     def advise_once(self) -> None:
         rows = self.measured_rows()
         usable = rows[MIN_ADVISE_STEPS:] if len(rows) > MIN_ADVISE_STEPS * 2 else []
-        self.experiments.tick(rows)
+        with self.lock:
+            startups = self._startup_steps()
+        self.experiments.tick(rows, startups)
         if not usable:
             return
         window = Window.from_rows(recent(usable, ADVISOR_WINDOW))
@@ -337,7 +339,7 @@ class Session:
                 return "another change is being measured; try again when it is done"
             epoch = self._epoch_for(advice)
             if self.experiments.start(advice, self.measured_rows(), warmup=self._warmup_for(advice),
-                                      epoch=epoch) is None:
+                                      epoch=epoch, startups=self._startup_steps()) is None:
                 return ("it is measured over whole epochs: an epoch's worth of steps first" if epoch
                         else "no steps to compare with yet")
             self.tried.add(advice_id)
@@ -370,6 +372,10 @@ class Session:
     def _training_loader(self) -> dict:
         """The training loader's latest fact, {} before one is seen."""
         return Facts(values=dict(self.state.facts)).training_loader() or {}
+
+    def _startup_steps(self) -> frozenset:
+        """The steps that waited for the training loader's workers to start."""
+        return frozenset(step for step, _ in self._training_loader().get("startups") or ())
 
     def _epoch_for(self, advice: dict) -> tuple[int, int] | None:
         """(steps in an epoch, the current epoch's first step) where the change shows only at

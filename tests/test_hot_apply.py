@@ -218,6 +218,31 @@ def test_a_failed_candidate_falls_back_to_the_best_one():
     assert "out of memory" in result["error"]
 
 
+def test_a_trial_is_measured_without_the_workers_starting_at_an_epoch_start():
+    # num_workers 2 runs at 200 samples/s, 4 at 400, but an epoch begins during 4's
+    # trial and its first step waits 2 s for the workers: 4 is still found the faster.
+    probe, results = Probe(), []
+    runner = ExperimentRunner(probe, results.append)
+    startups = frozenset({130})
+    runner.start(advice(search=({"n": 2}, {"n": 4}, {"n": 8})), step_rows(0, 30, 100.0), startups=startups)
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30})
+    rows = step_rows(0, 30, 100.0) + step_rows(30, 60, 200.0)
+    runner.tick(rows, startups)
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 90})
+    rows += step_rows(90, 200, 400.0)
+    rows[130][STEP_FIELDS.index("wall")] = 2.0
+    runner.tick(rows, startups)
+    assert [m["params"] for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 8}]
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 290})
+    rows += step_rows(290, 100, 390.0)
+    runner.tick(rows, startups)
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 390})  # back to the best
+    runner.tick(rows + step_rows(390, 100, 400.0), startups)
+    (result,) = results
+    assert result["params"] == {"n": 4}
+    assert [t["samples_per_s"] for t in result["tried"]] == pytest.approx([200, 400, 390])
+
+
 def test_persistent_workers_are_measured_over_whole_epochs():
     # 40-step epochs of 20 ms steps; each epoch's first step waits 2 s for its workers until
     # they persist. Applied at step 100: the epoch at 120 starts them once more, 160's does not.
