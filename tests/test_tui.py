@@ -14,6 +14,7 @@ from textual.containers import Horizontal
 
 from conftest import EXAMPLES, ROOT
 from fastmon.session import RunOptions, Session
+from fastmon.phases import PHASES
 from fastmon.summary import summarize
 from fastmon.tui.app import BUSY_REDRAW_EVERY, REDRAW_EVERY, FastmonApp
 from fastmon.tui.messages import RunEnded
@@ -28,7 +29,7 @@ from fastmon.tui.widgets.gpu_panel import PLOT_EVERY, PLOT_MAX_GPUS, GpuPanel
 from fastmon.tui.widgets.log_pane import LiveLine, LogPane
 from fastmon.tui.widgets.run_header import RunHeader
 from fastmon.tui.widgets.shares_bar import SharesBar
-from fastmon.tui.widgets.step_breakdown import EIGHTHS, StepBreakdown
+from fastmon.tui.widgets.step_breakdown import AXIS_WIDTH, CUT, EIGHTHS, StepBreakdown
 
 RECORDED = ROOT / "tests" / "data" / "starved-run"
 
@@ -267,6 +268,31 @@ async def test_the_gpu_plot_draws_at_most_every_few_seconds_and_always_the_lates
         assert "util 0 40%" in text_of(plot)  # the plot waits its turn
         await pilot.pause(PLOT_EVERY)
         assert "util 0 43%" in text_of(plot)  # and then draws the latest, with no sample after it
+
+
+class BreakdownOnly(App):
+    CSS_PATH = ROOT / "tui" / "fastmon.tcss"
+
+    def compose(self) -> ComposeResult:
+        yield StepBreakdown(id="breakdown")
+
+
+async def test_an_epoch_start_stall_does_not_flatten_the_steps_around_it():
+    # 3 ms steps, mostly forward and data, and one column where the workers started (900 ms)
+    app = BreakdownOnly()
+    async with app.run_test(size=(100, 24)) as pilot:
+        breakdown = app.query_one(StepBreakdown)
+        bucket = dict.fromkeys(PHASES, 0.0) | {"data_wait": 1.0, "forward": 2.0}
+        buckets = [dict(bucket) for _ in range(60)]
+        buckets[30]["data_wait"] = 900.0
+        breakdown.show(SimpleNamespace(buckets=buckets, bucket_steps=1, steps=60))
+        await pilot.pause()
+        lines = [line.text for line in map(breakdown.render_line, range(breakdown.content_size.height))]
+        assert "▲ 1 cut off, the tallest 902.0 ms" in lines[0]
+        assert lines[1].startswith("    3.0┤")  # scaled to the steps, not to the stall
+        assert lines[1][AXIS_WIDTH + 30] == CUT and lines[1].count(CUT) == 1
+        cells = chart_cells(breakdown)
+        assert cells[PHASE_COLORS["forward"]] > cells[PHASE_COLORS["data_wait"]] / 2  # the steps are drawn
 
 
 class HeaderOnly(App):

@@ -8,6 +8,11 @@ a frame at 96x30 on the 2-core VM, most of it Textual converting the 3,000 style
 back into strips: at three frames a second, 15% of a core taken from a CPU training.
 Each cell is coloured by the phase that fills it (the lower 1/8-block character gives
 the top of each column its height).
+
+The scale ignores outliers, as TensorBoard's charts do by default: an epoch's start that
+waits a second for its workers would flatten a thousand 3 ms steps into the bottom row.
+A column taller than ``OUTLIER_FACTOR`` times the ``TYPICAL_QUANTILE`` of the columns is
+cut at the top of the scale with a ``▲``, and the title says how tall the tallest was.
 """
 
 from __future__ import annotations
@@ -24,7 +29,17 @@ from fastmon.phases import PHASES
 from fastmon.tui.colors import PHASE_COLORS
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
+CUT = "▲"
 AXIS_WIDTH = 8
+TYPICAL_QUANTILE = 0.9
+OUTLIER_FACTOR = 4.0
+
+
+def scale_top(totals: list[float]) -> float:
+    """The top of the scale: the tallest column that is not an outlier."""
+    ordered = sorted(totals)
+    typical = ordered[min(int(len(ordered) * TYPICAL_QUANTILE), len(ordered) - 1)]
+    return max(t for t in ordered if t <= OUTLIER_FACTOR * typical) or ordered[-1] or 1.0
 
 
 class StepBreakdown(Widget):
@@ -50,12 +65,16 @@ class StepBreakdown(Widget):
 
     def _draw(self, size: Size, base: Style) -> list[Strip]:
         dim, bold = base + Style(dim=True), base + Style(bold=True)
-        title = Strip([Segment(f" where the step goes: ms per step, {self.bucket_steps} step(s) per column", bold)])
+        title = [Segment(f" where the step goes: ms per step, {self.bucket_steps} step(s) per column", bold)]
         if not self.buckets:
-            return [title, Strip([Segment(" waiting for the first steps…", dim)])]
+            return [Strip(title), Strip([Segment(" waiting for the first steps…", dim)])]
         plot_w, plot_h = max(size.width - AXIS_WIDTH, 1), max(size.height - 3, 1)
         buckets = self.buckets[-plot_w:]
-        top = max(sum(b[p] for p in PHASES) for b in buckets) or 1.0
+        totals = [sum(b[p] for p in PHASES) for b in buckets]
+        top = scale_top(totals)
+        cut = [total > top for total in totals]
+        if any(cut):
+            title.append(Segment(f" · {CUT} {sum(cut)} cut off, the tallest {max(totals):.1f} ms", dim))
         phase_styles = [base + Style(color=PHASE_COLORS[phase]) for phase in PHASES]
         # Each column: the phases' cumulative heights bottom-up, in eighths of a cell (so the
         # phase at a cell's bottom is the first whose height is above it: a bisection).
@@ -66,19 +85,19 @@ class StepBreakdown(Widget):
                 filled += bucket[phase] / top * plot_h * 8
                 heights.append(round(filled))
             columns.append(heights)
-        lines = [title]
+        lines = [Strip(title)]
         for row in range(plot_h - 1, -1, -1):
             label = f"{top * (row + 1) / plot_h if row else 0.0:7.1f}┤" if row in (plot_h - 1, plot_h // 2, 0) else " " * 7 + "│"
             segments = [Segment(label, dim)]
             low = row * 8
             run, run_style = [], base
-            for heights in columns:
+            for heights, clipped in zip(columns, cut):
                 total8 = heights[-1]
                 char, style = " ", base
                 if total8 > low:
                     # coloured by the phase at the cell's bottom; full unless the column ends here
                     style = phase_styles[bisect_right(heights, low)]
-                    char = EIGHTHS[min(total8 - low, 8)]
+                    char = CUT if clipped and row == plot_h - 1 else EIGHTHS[min(total8 - low, 8)]
                 if style is not run_style and run:
                     segments.append(Segment("".join(run), run_style))  # one segment per run of a colour
                     run = []
