@@ -11,7 +11,9 @@ it, and the arming end of step k-1 with step k against the ``PLAIN_WINDOW`` + 1 
 before the arming. Near neighbours, because a shared machine's speed drifts over tens
 of steps: a mean over the whole gap would take that drift for the probe. The ends of
 those windows' edge steps are seen by making them end the long way (``marks``), a few
-µs an episode. The running mean of the measures (over about ``EPISODES_AVERAGED``) is
+µs an episode. The running mean of the measures (over about ``EPISODES_AVERAGED``,
+starting from ``TIMED_STEP_COST_NS`` counted as ``PRIOR_EPISODES`` measures, so that the
+first episode of a short run, a checkpoint in its window, does not set the rate alone) is
 the price of a timed step; the mean, not the median: step times are skewed (a log
 line's sync every 10 steps, a slowed core), so the median episode falls short of the
 mean one, and the mean is what the budget is of. The price is held within
@@ -36,6 +38,7 @@ TIMED_STEP_COST_NS = 200_000  # the price of a timed step until measured, and it
 MAX_TIMED_STEP_COST_NS = 1_000_000
 PLAIN_WINDOW = 8  # untimed steps on each side an episode is measured against
 EPISODES_AVERAGED = 128  # the price is the running mean of the measured episodes, over about this many
+PRIOR_EPISODES = 4  # what TIMED_STEP_COST_NS weighs in that mean, in episodes
 EPISODE_CLIP_NS = 10_000_000  # one episode's measure is held within ±this: a checkpoint in it is not the probe's
 BUDGET_NS = 1_000  # per step spent on timing phases, on short steps
 BUDGET_SHARE = 0.00025  # of the step time, on long ones
@@ -56,7 +59,7 @@ class TimingSchedule:
         self._ends: dict[int, int] = {}  # mark -> its end
         self._arming: tuple[int, int] | None = None  # (step, time) before arming, at the end of an untimed step
         self._episodes = 0  # measured so far
-        self._mean_episode_ns = 0.0  # what the measured episodes added, their running mean
+        self._mean_episode_ns = float(TIMED_STEP_COST_NS)  # what the episodes added, their running mean
         self._plain_step_ns = 0.0  # an untimed step, in their windows: their running mean
         self.step_cost_ns = float(TIMED_STEP_COST_NS)  # the price of one timed step (its episode)
         self.every = 1.0  # the mean gap between timed steps
@@ -112,10 +115,11 @@ class TimingSchedule:
         plain_before = (arming[1] - ends[before_window]) / (PLAIN_WINDOW + 1)
         episode_ns = ends[after_timed] - since[1] - plain_after + now_ns - arming[1] - plain_before
         self._episodes += 1
-        weight = max(1 / self._episodes, 1 / EPISODES_AVERAGED)
+        weight = max(1 / (self._episodes + PRIOR_EPISODES), 1 / EPISODES_AVERAGED)
         episode_ns = min(max(episode_ns, -EPISODE_CLIP_NS), EPISODE_CLIP_NS)
         self._mean_episode_ns += weight * (episode_ns - self._mean_episode_ns)
-        self._plain_step_ns += weight * ((plain_after + plain_before) / 2 - self._plain_step_ns)
+        step_weight = max(1 / self._episodes, 1 / EPISODES_AVERAGED)
+        self._plain_step_ns += step_weight * ((plain_after + plain_before) / 2 - self._plain_step_ns)
         self.step_cost_ns = min(max(self._mean_episode_ns, TIMED_STEP_COST_NS), MAX_TIMED_STEP_COST_NS)
 
     def news(self, final: bool = False) -> dict | None:
