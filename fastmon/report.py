@@ -72,7 +72,10 @@ def format_text(s: dict) -> str:
                      f"optimizer {d.get('device_optimizer_ms_median', 0):.2f}")
     lines.append("")
     mem = s["memory"]
-    lines.append(f"  memory: trainer RSS peak {mib(mem['trainer_rss_peak'])}, workers {mib(mem['workers_rss_peak'])}, "
+    # Workers are looked for every 2 s: a short epoch's may come and go unseen.
+    workers = (f"{mem['workers_seen_max']} DataLoader workers {mib(mem['workers_rss_peak'])}"
+               if mem["workers_seen_max"] else "no DataLoader workers seen")
+    lines.append(f"  memory: trainer RSS peak {mib(mem['trainer_rss_peak'])}, {workers}, "
                  f"torch allocated peak {mib(mem['torch_peak_allocated'])}, reserved {mib(mem['torch_peak_reserved'])}")
     gpu = s["gpu"]
     if gpu.get("available"):

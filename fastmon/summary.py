@@ -97,10 +97,11 @@ def _memory(rows, record: RunRecord) -> dict:
            "torch_peak_reserved": max((r[_I["mem_reserved"]] or 0 for r in rows), default=0)}
     rss = [sum(p["rss"] for p in s.get("processes", []) if p.get("role") == "trainer")
            for _, _, s in record.samples("host")]
-    workers = [sum(p["rss"] for p in s.get("processes", []) if p.get("role") == "worker")
+    workers = [[p["rss"] for p in s.get("processes", []) if p.get("role") == "worker"]
                for _, _, s in record.samples("host")]
     out["trainer_rss_peak"] = max(rss, default=0)
-    out["workers_rss_peak"] = max(workers, default=0)
+    out["workers_rss_peak"] = max(map(sum, workers), default=0)
+    out["workers_seen_max"] = max(map(len, workers), default=0)
     return out
 
 

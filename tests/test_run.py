@@ -61,6 +61,8 @@ def test_dataloader_workers_are_sampled_as_workers(run_fastmon, report, tmp_path
     assert len(workers) == 2 and len(trainers) == 1 and not workers & trainers
     memory = report()["memory"]
     assert memory["workers_rss_peak"] > 2 * 20 * 2**20 and memory["trainer_rss_peak"] > 100 * 2**20
+    assert memory["workers_seen_max"] == 2
+    assert "2 DataLoader workers" in out.stderr  # the summary at the end
 
 
 def test_in_memory_data_is_not_data_wait(run_fastmon, report):
