@@ -66,7 +66,8 @@ async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp
                 await pilot.pause(0.1)
             await pilot.press("t")
             for _ in range(300):
-                if isinstance(app.screen, ProfileScreen):
+                # the screen is the app's as soon as it is pushed; its captures mount after
+                if isinstance(app.screen, ProfileScreen) and app.screen.query(".capture"):
                     break
                 await pilot.pause(0.1)
             shown = "\n".join(str(capture.render()) for capture in app.screen.query(".capture"))
