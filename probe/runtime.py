@@ -201,6 +201,10 @@ class Probe:
             return
         self.clock.short_ref = weakref.ref(optimizer)
         self.clock.short_until = short_until
+        if self.publisher.control:
+            # A command that came in since the test above: its wake (-1, from the publisher's
+            # thread) may have landed before the line above and been overwritten.
+            self.clock.short_until = -1
 
     # --- what parts call ------------------------------------------------------------
     def end_step(self, leaving: bool = False, optimizer=None) -> None:
