@@ -270,16 +270,22 @@ async def test_the_gpu_plot_draws_at_most_every_few_seconds_and_always_the_lates
         assert "util 0 43%" in text_of(plot)  # and then draws the latest, with no sample after it
 
 
-class BreakdownOnly(App):
+class Alone(App):
+    """One widget, with the dashboard's stylesheet."""
+
     CSS_PATH = ROOT / "tui" / "fastmon.tcss"
 
+    def __init__(self, widget) -> None:
+        super().__init__()
+        self.widget = widget
+
     def compose(self) -> ComposeResult:
-        yield StepBreakdown(id="breakdown")
+        yield self.widget
 
 
 async def test_an_epoch_start_stall_does_not_flatten_the_steps_around_it():
     # 3 ms steps, mostly forward and data, and one column where the workers started (900 ms)
-    app = BreakdownOnly()
+    app = Alone(StepBreakdown(id="breakdown"))
     async with app.run_test(size=(100, 24)) as pilot:
         breakdown = app.query_one(StepBreakdown)
         bucket = dict.fromkeys(PHASES, 0.0) | {"data_wait": 1.0, "forward": 2.0}
@@ -295,15 +301,8 @@ async def test_an_epoch_start_stall_does_not_flatten_the_steps_around_it():
         assert cells[PHASE_COLORS["forward"]] > cells[PHASE_COLORS["data_wait"]] / 2  # the steps are drawn
 
 
-class HeaderOnly(App):
-    CSS_PATH = ROOT / "tui" / "fastmon.tcss"
-
-    def compose(self) -> ComposeResult:
-        yield RunHeader(id="header")
-
-
 async def test_the_header_says_while_torch_profiler_captures():
-    app = HeaderOnly()
+    app = Alone(RunHeader(id="header"))
     async with app.run_test(size=(160, 10)) as pilot:
         header = app.query_one(RunHeader)
         snap = Snapshot(title="train.py", status="running", steps=120, run={"steps_per_s": 10.0})
