@@ -50,17 +50,18 @@ import datetime
 import os
 import platform
 import random
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from fastmon.phases import STEP_FIELDS
 from fastmon.probe.sampling import TIME_ALL_FIRST
 from fastmon.records import RunRecord
 
 HERE = Path(__file__).resolve().parent
+_STEP, _WALL, _TIMED = (STEP_FIELDS.index(field) for field in ("step", "wall", "timed"))
 LOOP = HERE / "loop.py"
 CASES = {  # name -> loop.py arguments
     "tiny MLP 8, batch 4, no DataLoader": ["--width", "8", "--batch", "4", "--no-loader", "--steps", "8000"],
@@ -295,12 +296,13 @@ def timed_step_section(watched: list[str], work: str) -> list[str]:
         steps = ["--steps", str(TIMED_STEP_RUN_STEPS[name])]
         run(watched + case + steps, folder)
         (record,) = Path(folder).glob("fastmon-runs/*/run.sqlite")
-        rows = sqlite3.connect(record).execute("SELECT step, wall, timed FROM steps WHERE rank = 0").fetchall()
         run_record = RunRecord(record.parent)
+        steps_recorded = run_record.steps(rank=0)
         said = run_record.facts().get("timing")  # the probe's last word on its price
         run_record.close()
         own = f"{said['timed_step_us']:.0f}, one in {said['one_in']:.0f}" if said else "-"
-        rows = [row for row in rows if row[0] >= TIME_ALL_FIRST + 50]  # past the start's all-timed steps
+        rows = [(row[_STEP], row[_WALL], row[_TIMED]) for row in steps_recorded
+                if row[_STEP] >= TIME_ALL_FIRST + 50]  # past the start's all-timed steps
         timed = {step for step, _, was_timed in rows if was_timed}
         walls: dict[str, list[float]] = {"timed": [], "before": [], "after": [], "far": []}
         for step, wall, _ in rows:
