@@ -196,14 +196,15 @@ class Probe:
         short_until = min(self.next_timed_step - 1, self.profile.start_at - 1, self.schedule.next_mark(self.clock.step))
         if self.checks_part.on:
             short_until = min(short_until, self.checks_part.next_norm_step)
-        if self.hot.waiting or self.publisher.control or not self.optimizer_part.fast or optimizer is None:
+        if self.hot.waiting or not self.optimizer_part.fast or optimizer is None:
             self.clock.short_until, self.clock.short_ref = -1, None
             return
         self.clock.short_ref = weakref.ref(optimizer)
         self.clock.short_until = short_until
         if self.publisher.control:
-            # A command that came in since the test above: its wake (-1, from the publisher's
-            # thread) may have landed before the line above and been overwritten.
+            # Commands are waiting: the next end takes them. Tested after the write, because
+            # the publisher's thread appends a command, then wakes (-1): a wake that landed
+            # before the write above was overwritten, and its command is in the deque by now.
             self.clock.short_until = -1
 
     # --- what parts call ------------------------------------------------------------
