@@ -315,16 +315,17 @@ async def test_the_header_says_while_torch_profiler_captures():
         assert "torch.profiler capturing: these steps run slower" in text_of(header)
 
 
-async def test_the_end_of_the_run_during_teardown_is_no_crash(tmp_path):
-    # The run's end (or a redraw tick) can arrive while the app closes and its widgets go
-    # (seen once in CI after q, s): nothing to draw then, and no traceback.
+@pytest.mark.parametrize("gone", [LogPane, LiveLine])
+async def test_the_end_of_the_run_during_teardown_is_no_crash(tmp_path, gone):
+    # The run's end (or a redraw tick) can arrive while the app closes and its widgets go,
+    # one by one (seen in CI after q, s): nothing to draw then, and no traceback.
     run = tmp_path / "run"
     shutil.copytree(RECORDED, run)
     app = FastmonApp(ReplaySource(run))
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause(0.3)
         await app.query_one(RunHeader).remove()
-        await app.query_one(LogPane).remove()
+        await app.query_one(gone).remove()
         app.redraw()
         app.post_message(RunEnded(0))
         await pilot.pause(0.3)

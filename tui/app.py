@@ -178,11 +178,11 @@ class FastmonApp(App[str | None]):
     def on_run_ended(self, message: RunEnded) -> None:
         try:
             log = self.query_one(LogPane)
+            log.add(self.source.new_output())
+            log.flush_partial()
+            self.query_one(LiveLine).show(*log.live)
         except NoMatches:
-            return  # the app is closing already
-        log.add(self.source.new_output())
-        log.flush_partial()
-        self.query_one(LiveLine).show(*log.live)
+            return  # the app is closing already: its widgets go one by one
         self.paused = False
         self.redraw()
         if self.exit_on_finish or self.stopping:
