@@ -10,8 +10,8 @@ pass through, --ab-pairs included):
 
 With --hook-time (a plain run, no A/B), the post hook's own time is measured in place
 instead (a perf_counter_ns either side of it, printed at exit; with --variant nohook the
-same around the empty hook: the measurement's own cost): what the hook costs cold, between a real step's kernels,
-where a warm timeit loop reads a fraction of it.
+same around the empty hook: the measurement's own cost): what the hook costs cold,
+between a real step's kernels, where a warm timeit loop reads a fraction of it.
 
     fastmon run --headless benchmarks/probe_parts.py --variant notime --width 8 --batch 4 --no-loader --ab-pairs 3000
     fastmon run --headless benchmarks/probe_parts.py --hook-time --width 420 --batch 224 --steps 3000
@@ -32,6 +32,7 @@ import torch.optim.optimizer as optim_module
 from fastmon.probe.runtime import current
 
 TIMED_FROM = 60  # the probe's fully timed start (sampling.TIME_ALL_FIRST) and its discovery are over by then
+HOOK_TIMES_FROM = 600  # --hook-time leaves out the steps before this: the start, and its schedule settling
 LOOP = Path(__file__).resolve().parent / "loop.py"
 
 parser = argparse.ArgumentParser()
@@ -98,7 +99,7 @@ if args.hook_time:
 
     @atexit.register
     def show_hook_time() -> None:
-        kept = sorted(hook_ns[TIMED_FROM * 10:])  # well past the start, whose steps are all timed
+        kept = sorted(hook_ns[HOOK_TIMES_FROM:])
         if kept:
             print(f"hook_ns {args.variant} steps {len(kept)} median {kept[len(kept) // 2]} "
                   f"mean {statistics.mean(kept[:int(len(kept) * 0.99)]):.0f} (slowest 1% left out)", file=sys.stderr)
