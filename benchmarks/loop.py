@@ -13,12 +13,14 @@ difference on the kernel's (benchmarks/overhead.py): the spread falls to a third
 the probe's cost is what is left where the kernel's times were equal. After each
 switch, --ab-warm to twice that many steps run before the segment's clock starts:
 suspending and resuming re-patch classes, and the interpreter's caches take a few steps
-to settle, a cost no real run pays. --ab-control
-keeps the probe on in both halves: what that shows is the method's own noise. At the end
-it prints `publisher_us_per_step`: the publisher thread's CPU time over all the A/B's
-steps. That thread ships whatever the probe logged whenever its round comes, in either
-half, so the pair differences cannot see it; its CPU time (GIL held, mostly) bounds what
-it takes from the training thread.
+to settle, a cost no real run pays. Before the pairs, the probe runs until its schedule
+has priced a timed step on AB_PRICED_EPISODES episodes, as a real run's would: an
+episode with a switch in it goes unmeasured. --ab-control keeps the probe on in both
+halves: what that shows is the method's own noise. At the end it prints
+`publisher_us_per_step`: the publisher thread's CPU time over all the A/B's steps. That
+thread ships whatever the probe logged whenever its round comes, in either half, so the
+pair differences cannot see it; its CPU time (GIL held, mostly) bounds what it takes from
+the training thread.
 
 With --noise-pairs N (plain `python`, no probe), the timed part is N pairs of bare
 segments back to back, the reference kernel in every step as in the A/B; it prints
@@ -46,6 +48,9 @@ import psutil
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+AB_PRICED_EPISODES = 32  # timed steps the schedule prices its rate by before the A/B's pairs
+AB_PRICING_MAX_STEPS = 30_000
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--width", type=int, default=64)
@@ -115,6 +120,12 @@ def segment_us(source) -> tuple[float, float]:
 
 def ab_pairs(probe, source) -> None:
     train(source, args.warmup, reference=True)
+    # The schedule prices a timed step by the episodes it measures in the run, and measures
+    # none across a suspension: it learns the price a real run would have here, first.
+    for _ in range(AB_PRICING_MAX_STEPS // 100):
+        if probe.schedule.measured >= AB_PRICED_EPISODES:
+            break
+        train(source, 100, reference=True)
     publisher_clock = time.pthread_getcpuclockid(probe.publisher._thread.ident)
     publisher_cpu = time.clock_gettime_ns(publisher_clock)
     # Random order and warm-up length: what recurs every so many steps (a garbage

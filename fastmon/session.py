@@ -7,7 +7,6 @@ step records are never pushed at them one by one.
 
 from __future__ import annotations
 
-import base64
 import collections
 import json
 import os
@@ -229,7 +228,7 @@ class Session:
         if assembler is None:
             assembler = self._assemblers[rank] = StepAssembler(rank)
         lost = assembler.dropped
-        rows = assembler.feed(base64.b64decode(message["log"]), message["perf0"], message["wall0"],
+        rows = assembler.feed(message["log"], message["perf0"], message["wall0"],
                               gap=message.get("gap", False))
         if assembler.dropped != lost:
             self.state.dropped += assembler.dropped - lost

@@ -57,6 +57,24 @@ class LoaderState:
         self.reported: tuple | None = None  # (description, epoch) as the last fact had them
 
 
+class IterTags:
+    """What the probe keeps on a DataLoader iterator, in one attribute (``TAGS``), set and
+    read as an attribute: writing ``it.__dict__`` makes CPython build the instance's dict,
+    after which no method call on the iterator is specialized any more, at every batch of
+    the epoch, timed or not (``benchmarks/probe_instructions.py``)."""
+
+    __slots__ = ("state", "iter_seconds", "pending", "source")
+
+    def __init__(self, state: LoaderState) -> None:
+        self.state = state
+        self.iter_seconds: float | None = None  # iter()'s time, while its first batch (from new workers) is awaited
+        self.pending: tuple | None = None  # (state, params, ack): a rebuild due at the next batch
+        self.source: Rebuilt | None = None  # what serves the batches after a rebuild
+
+
+TAGS = "_fastmon_tags"
+
+
 class Rebuilt:
     """Serves the rest of an epoch after a rebuild: first the batches already in flight
     in the replaced iterators, then the new loader's."""
@@ -106,11 +124,11 @@ class LoaderPart(Part):
         get_ident, main_thread = threading.get_ident, self.main_thread
 
         def __next__(it):
-            tags = it.__dict__
-            if "_fastmon_iter_seconds" in tags:
-                return part.first_batch(it)
+            tags = getattr(it, TAGS, None)
+            if tags is not None and tags.iter_seconds is not None:
+                return part.first_batch(it, tags)
+            source = tags.source if tags is not None else None
             if not clock.timing or not part.on or get_ident() != main_thread:
-                source = tags.get("_fastmon_source")
                 return source.next() if source is not None else orig_next(it)
             entered = False
             try:
@@ -118,11 +136,12 @@ class LoaderPart(Part):
                     probe.end_step()  # no optimizer: a batch after a backward starts the next step
                 put((ENTER + DATA_WAIT, perf_counter_ns()))
                 entered = True
-                if "_fastmon_pending" in tags:
-                    part.rebuild_now(it)
+                if tags is not None and tags.pending is not None:
+                    part.rebuild_now(it, tags)
             except Exception as exc:
                 part.fail(exc)
-            source = tags.get("_fastmon_source")
+            if tags is not None:
+                source = tags.source  # a rebuild may have just set it
             try:
                 batch = source.next() if source is not None else orig_next(it)
             except BaseException:
@@ -133,9 +152,8 @@ class LoaderPart(Part):
                 try:
                     put((LEAVE_BATCH, perf_counter_ns(), batch_size_of(batch)))
                     clock.loader_batches += 1
-                    state = tags.get("_fastmon_state")
-                    if state is not None:
-                        part.last_loader = state
+                    if tags is not None:
+                        part.last_loader = tags.state
                 except Exception as exc:
                     part.fail(exc)
             return batch
@@ -177,11 +195,11 @@ class LoaderPart(Part):
             dl._BaseDataLoaderIter.__next__ = self._orig_next
 
     # --- timing ---------------------------------------------------------------------
-    def rebuild_now(self, it) -> None:
+    def rebuild_now(self, it, tags: IterTags) -> None:
         """A hot-apply scheduled on this iterator: rebuild before its next batch."""
-        state, params, ack = it.__dict__.pop("_fastmon_pending")
+        (state, params, ack), tags.pending = tags.pending, None
         try:
-            self.rebuild(it, state, params)
+            self.rebuild(it, tags, state, params)
             ack(ok=True)
         except Exception as exc:
             ack(ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -204,26 +222,26 @@ class LoaderPart(Part):
         seconds = perf_counter() - started
         state.epoch = (state.epoch[0] + 1, seconds, state.epoch[2])
         state.live = weakref.ref(it)
-        it.__dict__["_fastmon_state"] = state
+        tags = IterTags(state)
+        setattr(it, TAGS, tags)
         if starts_workers:
-            it.__dict__["_fastmon_iter_seconds"] = seconds
+            tags.iter_seconds = seconds
             self.first_batch_pending.add(it)
             self.arm()
 
-    def first_batch(self, it):
+    def first_batch(self, it, tags: IterTags):
         """The first ``__next__`` of an iterator that started workers (through the timed
         path when its step is timed): how long it waited, with its ``iter()``, for the
         workers to start (not the time between them, which the script spent elsewhere)."""
-        iter_seconds = it.__dict__.pop("_fastmon_iter_seconds")
+        iter_seconds, tags.iter_seconds = tags.iter_seconds, None
         started = perf_counter()
         try:
             return self.timed_next(it)
         finally:
             try:
-                state = it.__dict__.get("_fastmon_state")
-                if state is not None:
-                    startup = (self.probe.clock.step, iter_seconds + perf_counter() - started)
-                    state.epoch = (*state.epoch[:2], (*state.epoch[2], startup)[-STARTUPS_KEPT:])
+                state = tags.state
+                startup = (self.probe.clock.step, iter_seconds + perf_counter() - started)
+                state.epoch = (*state.epoch[:2], (*state.epoch[2], startup)[-STARTUPS_KEPT:])
                 self.first_batch_pending.discard(it)
                 if not self.probe.clock.timing:
                     self.disarm()
@@ -237,9 +255,11 @@ class LoaderPart(Part):
         try:
             with self._report_lock:
                 for state in list(self.loaders.values()):
-                    current = (state.description, state.epoch)
-                    if current != state.reported:
-                        state.reported = current
+                    # Both are replaced, never changed in place: identity is the cheap test,
+                    # in a round that runs cold twice a second.
+                    reported = state.reported
+                    if reported is None or reported[0] is not state.description or reported[1] is not state.epoch:
+                        state.reported = (state.description, state.epoch)
                         epochs, iter_seconds, startups = state.epoch
                         self.probe.fact(f"loader.{state.id}", dict(state.description, id=state.id,
                                                                    location=state.location, epochs=epochs,
@@ -265,14 +285,15 @@ class LoaderPart(Part):
         state.description = facts.describe_loader(loader)
         self.report()  # before the acknowledgement: the monitor sees the new settings with it
         live = state.live() if state.live is not None else None
-        if live is None or live._dataset_kind != dl._DatasetKind.Map or params.keys() == {"persistent_workers"}:
+        tags = getattr(live, TAGS, None)
+        if tags is None or live._dataset_kind != dl._DatasetKind.Map or params.keys() == {"persistent_workers"}:
             ack(ok=True, note="takes effect at the next epoch")
             return
-        live.__dict__["_fastmon_pending"] = (state, params, ack)
+        tags.pending = (state, params, ack)
 
-    def rebuild(self, it, state: LoaderState, params: dict) -> None:
+    def rebuild(self, it, tags: IterTags, state: LoaderState, params: dict) -> None:
         loader = state.ref()
-        source = it.__dict__.get("_fastmon_source")
+        source = tags.source
         current = source.new_iter if source is not None else it
         draining = list(source.draining) if source is not None else []
         remaining = list(current._sampler_iter) if current is not None else []
@@ -285,7 +306,7 @@ class LoaderPart(Part):
             remaining = regroup(remaining, loader.batch_size)
         new_loader = loader_over(loader, remaining) if remaining else None
         new_iter = self._orig_iter(new_loader) if new_loader is not None else None
-        it.__dict__["_fastmon_source"] = Rebuilt(draining, new_iter, new_loader, self._orig_next)
+        tags.source = Rebuilt(draining, new_iter, new_loader, self._orig_next)
         self.rebuilt = True
 
 

@@ -93,7 +93,10 @@ class OptimizerPart(Part):
         torch.optim.Optimizer.__init__ = self._orig_init
         torch.nn.Module.zero_grad = self._orig_module_zero_grad
         for optimizer in self.optimizers():
-            optimizer.__dict__.pop("zero_grad", None)
+            try:
+                del optimizer.zero_grad
+            except AttributeError:
+                pass
         if self._scaler_cls is not None:
             self._scaler_cls.update = self._orig_update
 
@@ -135,7 +138,10 @@ class OptimizerPart(Part):
         """An optimizer's ``zero_grad(set_to_none=False)`` is reported once, and a hot-apply
         can force True. The wrapper sits in the instance's ``zero_grad`` attribute while steps
         are timed (or while forced); in between, the attribute holds the plain bound method,
-        so the key never comes and goes. ``Optimizer.__getstate__`` leaves both out."""
+        so the key never comes and goes. ``Optimizer.__getstate__`` leaves both out. Set as
+        attributes, never through ``optimizer.__dict__``: that makes CPython build the
+        instance's dict, after which no method call on the optimizer is specialized any
+        more (torch's step makes several; ``benchmarks/probe_instructions.py``)."""
         part = self
         plain = optimizer.zero_grad
 
@@ -144,12 +150,12 @@ class OptimizerPart(Part):
                 set_to_none = part.check_set_to_none(set_to_none)
             return plain(set_to_none)
 
-        optimizer.__dict__["_fastmon_zero_grad"] = (zero_grad, plain)
-        optimizer.__dict__["zero_grad"] = zero_grad
+        optimizer._fastmon_zero_grad = (zero_grad, plain)
+        optimizer.zero_grad = zero_grad
 
     def _set_zero_grads(self, wrapped: bool) -> None:
         for optimizer in self.optimizers():
-            optimizer.__dict__["zero_grad"] = optimizer.__dict__["_fastmon_zero_grad"][0 if wrapped else 1]
+            optimizer.zero_grad = optimizer._fastmon_zero_grad[0 if wrapped else 1]
 
     def optimizers(self) -> list:
         return [opt for opt in (ref() for ref in self.seen) if opt is not None]
@@ -175,8 +181,7 @@ class OptimizerPart(Part):
         return None
 
     def on_step_begin(self, optimizer) -> None:
-        if "_fastmon_seen" not in optimizer.__dict__:
-            optimizer.__dict__["_fastmon_seen"] = True
+        if not any(ref() is optimizer for ref in self.seen):
             self.seen.append(weakref.ref(optimizer))
             self._watch_zero_grad(optimizer)
             if not self.created:

@@ -64,14 +64,20 @@ class TimingSchedule:
         self.step_cost_ns = float(TIMED_STEP_COST_NS)  # the price of one timed step (its episode)
         self.every = 1.0  # the mean gap between timed steps
         self._reported: dict | None = None
+        self._episodes_reported = 0  # measured when news last looked
 
     def skip(self, ns: int) -> None:
-        """Leave ``ns`` (a suspended stretch, between steps) out of the step times."""
+        """Leave ``ns`` (a suspended stretch, between steps) out of the step times. The
+        episode it falls in goes unmeasured: the steps after a resume run cold (every patch
+        just put back), and its windows would take that for the plain steps' time."""
         if self._since is not None:
             self._since = (self._since[0], self._since[1] + ns)
-        if self._arming is not None:
-            self._arming = (self._arming[0], self._arming[1] + ns)
-        self._ends = {step: end + ns for step, end in self._ends.items()}
+        self.marks, self._ends, self._arming = (), {}, None
+
+    @property
+    def measured(self) -> int:
+        """Episodes measured so far."""
+        return self._episodes
 
     def next_mark(self, step: int) -> int:
         """The first step from ``step`` on whose end the schedule wants to see."""
@@ -126,8 +132,9 @@ class TimingSchedule:
         """What the run's report says of the sample: when it has moved by more than
         ``REPORT_CHANGE`` since last said (a fact per wobble would fill the record), and
         as it stands at the run's end (``final``)."""
-        if not self._episodes:
+        if not self._episodes or (self._episodes == self._episodes_reported and not final):
             return None
+        self._episodes_reported = self._episodes
         last = self._reported
         if not final and last is not None and all(abs(now / was - 1) <= REPORT_CHANGE for now, was in (
                 (self.step_cost_ns, last["timed_step_us"] * 1e3), (max(self.every, 1.0), last["one_in"]))):

@@ -388,6 +388,18 @@ def test_a_deleted_optimizer_and_model_are_freed(run_fastmon):
     assert out.stdout.splitlines() == [f"trial {trial}: optimizer freed True, model freed True" for trial in (0, 1)]
 
 
+def test_the_optimizer_and_the_loaders_iterator_keep_pythons_fast_paths(run_fastmon, tmp_path):
+    # What the probe keeps on them must not make CPython build their instance dicts: every
+    # method call on them at every step would lose its specialization (README: "Never an
+    # object's __dict__").
+    script = SCRIPTS / "instance_dicts.py"
+    bare = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = run_fastmon("run", "--headless", script)
+    assert out.returncode == 0, out.stderr
+    assert "optimizer dict built" in bare.stdout
+    assert out.stdout.splitlines() == bare.stdout.splitlines()
+
+
 def test_the_demo_shows_a_starved_run_and_the_advisor_fixing_it(run_fastmon, report):
     # The README's main command, headless: the starved example with --apply auto. Its
     # dataset takes 0.4 s to open in each worker, at every epoch until the workers persist.

@@ -56,20 +56,27 @@ def test_the_users_random_state_is_untouched():
     assert [random.random() for _ in range(3)] == expected
 
 
-def run(schedule: TimingSchedule, steps: int, step_ns, *, cold_ns=0, arm_ns=0, timed_ns=0, jitter=0.0) -> list[int]:
-    """Drive the schedule as the probe does, on steps of ``step_ns(step)`` (± ``jitter``)
-    whose timing adds ``timed_ns`` to the timed step, ``arm_ns`` to the one before and
-    ``cold_ns`` to the one after; returns the timed steps."""
+def run(schedule: TimingSchedule, steps: int, step_ns, *, cold_ns=0, arm_ns=0, timed_ns=0, jitter=0.0,
+        first=0, suspend_every=0, resume_cold_ns=0) -> list[int]:
+    """Drive the schedule as the probe does, on steps ``first`` .. ``first + steps`` of
+    ``step_ns(step)`` (± ``jitter``) whose timing adds ``timed_ns`` to the timed step,
+    ``arm_ns`` to the one before and ``cold_ns`` to the one after; with ``suspend_every``, the
+    probe is suspended for a second before every so many steps (an A/B), which adds
+    ``resume_cold_ns`` to each of the five steps after. Returns the timed steps."""
     noise = random.Random(1)
-    now, next_timed, timed = 0, 0, []
-    for step in range(steps):
+    now, next_timed, timed = first * 1_000_000, first, []
+    for step in range(first, first + steps):
+        if suspend_every and step % suspend_every == 0:
+            schedule.skip(1_000_000_000)
         wall = step_ns(step) * (1 + jitter * noise.uniform(-1, 1))
+        if suspend_every and step % suspend_every < 5:
+            wall += resume_cold_ns
         if step == next_timed:
             now += wall + timed_ns
             timed.append(step)
             next_timed = step + schedule.gap(step, now)
             continue
-        now += wall + (cold_ns if step == timed[-1] + 1 else 0)
+        now += wall + (cold_ns if timed and step == timed[-1] + 1 else 0)
         if step == next_timed - 1:
             schedule.arming(step, now)
             now += arm_ns
@@ -91,6 +98,20 @@ def test_the_price_of_a_timed_step_is_measured_in_the_run():
     assert said["measured"] > 200  # episodes: one timed step in ~320 of 100,000, most with room for their windows
     assert schedule.news() is None  # said once, until it moves, or the run ends:
     assert schedule.news(final=True) == said
+
+
+def test_an_episode_with_a_suspension_in_it_is_not_measured():
+    # an A/B suspends the probe every ~30 steps; the steps after each resume run cold (the
+    # patches just put back): taken for plain steps, they would price a timed step at nothing
+    schedule = TimingSchedule()
+    timed = run(schedule, 20_000, lambda step: 400 * US, timed_ns=320 * US)
+    priced, measured = schedule.step_cost_ns, schedule.measured
+    assert priced == pytest.approx(320 * US, rel=0.1)
+    run(schedule, 50_000, lambda step: 400 * US, timed_ns=320 * US, first=timed[-1] + 1, suspend_every=30,
+        resume_cold_ns=200 * US)
+    # the rare episode that fits between two switches is still measured, as it should be
+    assert schedule.step_cost_ns == pytest.approx(priced, rel=0.05)
+    assert schedule.measured - measured < 20  # of ~150 episodes
 
 
 def test_a_drifting_step_time_is_not_taken_for_the_probes_cost():

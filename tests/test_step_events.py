@@ -3,7 +3,6 @@ on logs written the way the probe writes them."""
 
 from __future__ import annotations
 
-import base64
 import socket
 from array import array
 
@@ -155,7 +154,7 @@ def test_a_log_past_its_bound_is_dropped_and_the_next_frame_says_so(tmp_path, mo
         frames = reader.feed(monitor.recv(1 << 20))
         rows = []
         for frame in frames:
-            rows += assembler.feed(base64.b64decode(frame["log"]), frame["perf0"], frame["wall0"], frame["gap"])
+            rows += assembler.feed(frame["log"], frame["perf0"], frame["wall0"], frame["gap"])
         return [r[STEP_FIELDS.index("step")] for r in rows]
 
     for step in range(2):
@@ -174,3 +173,15 @@ def test_a_log_past_its_bound_is_dropped_and_the_next_frame_says_so(tmp_path, mo
     assert assembler.dropped == 5
     publisher.close()
     server.close()
+
+
+def test_the_log_travels_as_its_bytes_beside_json_frames_and_anything_else_is_refused():
+    events = array("q", [ENTER + FORWARD, 5 * MS, LEAVE, 7 * MS])
+    stream = wire.encode({"t": "fact", "key": "k", "value": 1}) + wire.encode_events(events, 3, 11, 1.5, True)
+    reader = wire.FrameReader()
+    first, second = reader.feed(stream[:9]) + reader.feed(stream[9:])  # split mid-frame, as a socket may
+    assert first == {"t": "fact", "key": "k", "value": 1}
+    assert second == {"t": "events", "rank": 3, "perf0": 11, "wall0": 1.5, "gap": True, "log": events.tobytes()}
+    body = b"\x80\x04K\x01."  # a pickle
+    with pytest.raises(ValueError, match="neither JSON nor an event log"):
+        wire.FrameReader().feed(len(body).to_bytes(4, "big") + body)
