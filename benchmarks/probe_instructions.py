@@ -1,19 +1,20 @@
 """Machine instructions an untimed step costs under the probe, counted by valgrind: what
-loop.py's steps execute with the probe installed (no step timed after the start, the
-publisher's thread stopped) minus what they execute bare, per step. A count does not move
-with the machine's speed, so it sees what bytecode counts (probe_bytecodes.py) cannot:
-torch's own code running slower paths because of the probe (an instance whose ``__dict__``
-the probe touched loses CPython's specialized method calls, for instance), where an A/B's
-noise is several µs. Each side runs at two lengths and the difference is taken, so
-start-up cancels. Left out: OpenBLAS's spinning threads (``blas_thread_server``) and
-glibc's malloc, whose counts swing by thousands a step with the heap's layout. Two runs of
-one command count alike (the bare loop runs twice: the "bare again" column), but the
-probed process lays out memory differently, and CPython's lookup caches hash by address:
-its dict lookups and type-cache misses (``_Py_dict_lookup``, ``find_name_in_mro``,
-pybind11's type cache) move by a few thousand a step from one probed run to the next. Read
-the functions, not the total: one that is not of that kind and differs is the probe's
-(``_PyLong_AsByteArray`` and getargs are the step ends logged at exit, the publisher being
-stopped). Cache misses, what a cold step pays most, are not in it.
+loop.py's steps execute with the probe installed (`probe_parts.py --variant notime
+--no-publisher`: no step timed after the start, the publisher's thread stopped) minus what
+they execute bare, per step. A count does not move with the machine's speed, so it sees
+what bytecode counts (probe_bytecodes.py) cannot: torch's own code running slower paths
+because of the probe (an instance whose ``__dict__`` the probe touched loses CPython's
+specialized method calls, for instance), where an A/B's noise is several µs. Each side
+runs at two lengths and the difference is taken, so start-up cancels. Left out: OpenBLAS's
+spinning threads (``blas_thread_server``) and glibc's malloc, whose counts swing by
+thousands a step with the heap's layout. Two runs of one command count alike (the bare
+loop runs twice: the "bare again" column), but the probed process lays out memory
+differently, and CPython's lookup caches hash by address: its dict lookups and type-cache
+misses (``_Py_dict_lookup``, ``find_name_in_mro``, pybind11's type cache) move by a few
+thousand a step from one probed run to the next. Read the functions, not the total: one
+that is not of that kind and differs is the probe's (``_PyLong_AsByteArray`` and getargs
+are the step ends logged at exit, the publisher being stopped). Cache misses, what a cold
+step pays most, are not in it.
 
     python benchmarks/probe_instructions.py [--top 25] [loop.py options, default --width 64 --batch 32]
 
@@ -35,18 +36,6 @@ HERE = Path(__file__).resolve().parent
 SHORT, LONG = 200, 1200  # steps; the per-step figure is over the LONG - SHORT between them
 WARMUP = 100
 EXCLUDED = r"blas_thread_server|^malloc\.c:|^arena\.c:"
-
-UNTIMED_PROBE = f"""
-import runpy, sys
-from fastmon.probe.runtime import current
-probe = current()
-probe.publisher._stop.set()  # its rounds come by the second, and valgrind slows the steps 40x
-gap = probe.schedule.gap
-probe.schedule.gap = lambda step, now_ns: gap(step, now_ns) if step < 60 else 1 << 40
-sys.argv = [{str(HERE / 'loop.py')!r}, *sys.argv[1:]]
-sys.path.insert(0, {str(HERE)!r})
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
 
 
 def cachegrind(out: Path, command: list[str]) -> Path:
@@ -81,12 +70,11 @@ def main() -> None:
     loop_args = loop_args or ["--width", "64", "--batch", "32"]
     python = os.path.realpath(sys.executable)  # valgrind must see python itself, not a shim
     work = Path(tempfile.mkdtemp(prefix="fastmon-instructions-"))
-    script = work / "untimed_probe.py"
-    script.write_text(UNTIMED_PROBE)
     runs = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
         for side, head in (("bare", [python, str(HERE / "loop.py")]), ("bare again", [python, str(HERE / "loop.py")]),
-                           ("probed", [python, "-m", "fastmon.probe", str(script)])):
+                           ("probed", [python, "-m", "fastmon.probe", str(HERE / "probe_parts.py"),
+                                       "--variant", "notime", "--no-publisher"])):
             for steps in (SHORT, LONG):
                 command = [*head, *loop_args, "--steps", str(steps), "--warmup", str(WARMUP)]
                 runs[side, steps] = pool.submit(cachegrind, work / f"{side.replace(' ', '_')}.{steps}", command)

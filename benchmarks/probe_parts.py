@@ -38,11 +38,15 @@ LOOP = Path(__file__).resolve().parent / "loop.py"
 parser = argparse.ArgumentParser()
 parser.add_argument("--variant", choices=("full", "notime", "nohook"), default="full")
 parser.add_argument("--hook-time", action="store_true")
+parser.add_argument("--no-publisher", action="store_true",
+                    help="stop the publisher's thread (probe_instructions.py: under valgrind its rounds come every few steps)")
 args, loop_args = parser.parse_known_args()
 
 probe = current()
 if probe is None:
     raise SystemExit("run this under `fastmon run`")
+if args.no_publisher:
+    probe.publisher._stop.set()
 part = probe.optimizer_part
 hooks = optim_module._global_optimizer_post_hooks
 

@@ -256,7 +256,7 @@ class LoaderPart(Part):
             with self._report_lock:
                 for state in list(self.loaders.values()):
                     # Both are replaced, never changed in place: identity is the cheap test,
-                    # in a round that runs cold twice a second.
+                    # in a round that runs cold once a second.
                     reported = state.reported
                     if reported is None or reported[0] is not state.description or reported[1] is not state.epoch:
                         state.reported = (state.description, state.epoch)

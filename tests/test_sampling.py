@@ -64,7 +64,7 @@ def run(schedule: TimingSchedule, steps: int, step_ns, *, cold_ns=0, arm_ns=0, t
     probe is suspended for a second before every so many steps (an A/B), which adds
     ``resume_cold_ns`` to each of the five steps after. Returns the timed steps."""
     noise = random.Random(1)
-    now, next_timed, timed = first * 1_000_000, first, []
+    now, next_timed, timed = first * 1_000_000, first, []  # 1 ms a step so far: ahead of an earlier run's clock
     for step in range(first, first + steps):
         if suspend_every and step % suspend_every == 0:
             schedule.skip(1_000_000_000)
