@@ -25,6 +25,7 @@ from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.step_events import StepAssembler
+from fastmon.wire import SEND_EVERY
 
 HISTORY = 20_000  # step rows kept in memory per rank for the screens
 ADVISOR_WINDOW = 200  # steps the advisor looks at
@@ -33,8 +34,9 @@ PROFILE_STEPS = 5  # steps in a torch.profiler capture unless asked otherwise
 SAMPLE_EVERY = 0.5
 MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representative
 # Under DDP a change is scheduled this far ahead of the furthest rank the monitor has heard
-# of: records arrive in 100 ms batches and commands are read every 100 ms.
-SYNC_AHEAD_SECONDS = 0.5
+# of: a rank's steps arrive once a publisher round, so it may be a round past what the
+# monitor knows; a command is read as it arrives, and taken at the next step's end.
+SYNC_AHEAD_SECONDS = SEND_EVERY + 0.5
 SYNC_AHEAD_MIN_STEPS = 3
 SAFE_ACTIONS = frozenset({"loader", "cudnn_benchmark", "anomaly_detection", "set_to_none", "optimizer_foreach"})
 

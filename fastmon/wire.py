@@ -19,6 +19,10 @@ MAX_FRAME = 64 * 1024 * 1024
 # Built once: json.dumps with options builds an encoder at every call, and the probe's
 # publisher encodes inside someone else's training.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
+# Seconds between the probe's sends (its publisher's rounds): what a killed trainer may lose,
+# and how far a rank may be past what the monitor has heard of it. Why once a second:
+# fastmon/probe/publisher.py.
+SEND_EVERY = 1.0
 EVENTS_TAG = 0
 _EVENTS_HEADER = struct.Struct("=B?iqd")  # tag, gap, rank, perf0, wall0
 

@@ -28,7 +28,7 @@ from fastmon import wire
 # wake-up, drain, encode, send; ~100 µs of it the wake-up alone; thread CPU time on ~3.5 ms
 # steps), i.e. 0.03-0.04% of its time at one round a second. A killed trainer loses at most
 # this much of its steps: the design's "at most the last second".
-INTERVAL = 1.0
+INTERVAL = wire.SEND_EVERY
 MAX_QUEUED = 50_000  # messages
 MAX_LOG_INTS = 1_000_000  # 8 MB of step events, some 50,000 steps
 
