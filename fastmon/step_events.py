@@ -8,7 +8,10 @@ exactly one phase, the innermost one open at the time, or ``other`` when none is
 phase times of a step add up to its wall time by construction. Before the first
 training activity, and after a gap in the log, time belongs to no step (``IDLE``).
 A step the probe did not time (``fastmon.probe.sampling``) has only its end in the log:
-its row has the wall time, the samples of the last timed step, and None for the rest.
+its row has the wall time, the mean samples of the latest timed steps (``RECENT_TIMED``,
+since the training's batch size last changed), and None for the rest: a mean, because
+steps need not all be alike (a GAN's discriminator step takes the batch, its generator
+step none).
 A step's samples are its training batches': a batch counts once a training forward (or
 one with autograd on) follows it, or at the step's end when no forward is seen (plain
 tensors); batches that only eval-mode forwards without autograd follow (a validation
@@ -23,6 +26,7 @@ Python they can. Imports nothing but the phase names: the probe and the monitor 
 from __future__ import annotations
 
 from array import array
+from collections import deque
 
 from fastmon.phases import BACKWARD, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, STEP_FIELDS, SYNC
 
@@ -50,6 +54,7 @@ ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, 
          COMM_TAIL: 2, RESUMED: 2, **{ENTER + p: 2 for p in range(len(PHASES))}}
 
 NS = 1e-9
+RECENT_TIMED = 16  # timed steps whose mean samples an untimed step is given
 _FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
@@ -61,7 +66,8 @@ class StepAssembler:
         self.dropped = 0  # steps lost to a gap in the log
         self._carry = array("q")  # the start of an event cut off at the end of a frame
         self._next_step: int | None = None
-        self._last_samples = 0  # per step, the last timed step's: what an untimed step is given
+        self._recent_samples: deque[int] = deque(maxlen=RECENT_TIMED)  # of timed steps, for untimed ones
+        self._batch_size = 0  # the training's latest batch: a new size starts _recent_samples afresh
         self._resync()
 
     def _resync(self) -> None:
@@ -75,7 +81,7 @@ class StepAssembler:
 
     def _reset_step(self) -> None:
         self.acc = [0] * (len(PHASES) + 1)
-        self.samples = self.batch_samples = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
+        self.samples = self.batch_samples = self.step_batch = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
         self.sync_calls = self.h2d_bytes = self.h2d_pageable_bytes = 0
         self.memory = (0, 0, 0)
 
@@ -136,7 +142,7 @@ class StepAssembler:
         elif code == FORWARD_TRAIN:
             self._enter(FORWARD, ints[i + 1])
             self.micro_batches += 1
-            self.samples, self.batch_samples = self.samples + self.batch_samples, 0
+            self._take_batch()
         elif code == LEAVE_STEP_END:
             self._leave(ints[i + 1])
             self._end_step(ints[i + 1], ints[i + 2], rows, perf0, wall0)
@@ -151,12 +157,14 @@ class StepAssembler:
             self.eval_forwards += 1
             self.eval_grad_forwards += code == FORWARD_EVAL_GRAD
             # fine-tuning in eval mode (frozen batch norm) still trains on its batches
-            self.samples += self.batch_samples if code == FORWARD_EVAL_GRAD else 0
+            if code == FORWARD_EVAL_GRAD:
+                self._take_batch()
             self.batch_samples = 0
         elif code == LEAVE_AS:
             self._leave(ints[i + 1], ints[i + 2])
         elif code == SAMPLES:
-            self.samples += ints[i + 1]
+            self.batch_samples += ints[i + 1]
+            self._take_batch()
         elif code == H2D_COPY:
             self.h2d_bytes += ints[i + 1]
             self.h2d_pageable_bytes += ints[i + 2]
@@ -178,9 +186,15 @@ class StepAssembler:
                 self.acc[BACKWARD] -= wait
                 self.acc[COMM] += wait
 
+    def _take_batch(self) -> None:
+        """The batches since the last forward are the training's."""
+        if self.batch_samples:
+            self.samples += self.batch_samples
+            self.step_batch, self.batch_samples = self.batch_samples, 0
+
     def _end_step(self, t: int, step: int, rows: list, perf0: int, wall0: float, timed: bool = True) -> None:
         self._charge(t)
-        self.samples += self.batch_samples
+        self._take_batch()
         if self.phase == IDLE:
             self.phase = OTHER
         acc = self.acc
@@ -191,7 +205,10 @@ class StepAssembler:
             row[0:4] = [self.rank, step, wall0 + (t - perf0) * NS, (t - self.step_start - acc[IDLE]) * NS]
             row[_FIELD["timed"]] = int(timed)
             if timed:
-                self._last_samples = self.samples
+                if self.step_batch and self.step_batch != self._batch_size:
+                    self._recent_samples.clear()
+                    self._batch_size = self.step_batch
+                self._recent_samples.append(self.samples)
                 row[4:4 + len(PHASES)] = [v * NS for v in acc[:IDLE]]
                 row[_FIELD["samples"]] = self.samples
                 row[_FIELD["mem_alloc"]], row[_FIELD["mem_reserved"]], row[_FIELD["mem_peak"]] = self.memory
@@ -202,7 +219,8 @@ class StepAssembler:
                 row[_FIELD["eval_grad_forwards"]] = self.eval_grad_forwards
                 row[_FIELD["micro_batches"]] = self.micro_batches
             else:
-                row[_FIELD["samples"]] = self._last_samples
+                recent = self._recent_samples
+                row[_FIELD["samples"]] = round(sum(recent) / len(recent)) if recent else 0
             rows.append(row)
         else:
             self.dropped += 1

@@ -260,7 +260,9 @@ class ForwardPart(Part):
         if module.training:
             if clock.backwards_since_step and not probe.optimizer_part.created:
                 probe.end_step()
-            if clock.loader_batches == 0:
+            if clock.loader_batches:
+                clock.loader_fed = True
+            elif not clock.loader_fed:
                 if clock.forwards == 0:
                     clock.reclassify_gap_as_data_wait()
                 if has_params and args:
@@ -278,6 +280,7 @@ class ForwardPart(Part):
                 probe.event("eval_forward_with_grad", location=fmt(user_frame(4)), module=type(module).__name__)
         else:
             code = FORWARD_EVAL
+            clock.loader_batches = 0  # its batch was a validation batch, not the training's
         clock.put((code, perf_counter_ns()))
         if self.cuda:
             probe.cuda_mark("forward_start")

@@ -187,10 +187,23 @@ def test_gradient_accumulation_makes_one_step_of_four_batches(run_fastmon, tmp_p
     assert all(r["micro_batches"] == 4 for r in timed(rows))
 
 
+def test_a_gans_two_optimizers_make_two_steps_and_each_batch_counts_once(run_fastmon, tmp_path):
+    out = run_fastmon("run", "--headless", "--every-step", SCRIPTS / "gan.py")
+    assert out.returncode == 0, out.stderr
+    assert "gan batches 40" in out.stdout
+    rows = step_rows(tmp_path)
+    assert len(rows) == 80  # each optimizer.step() ends a step, as Lightning's global_step counts
+    assert sum(r["samples"] for r in rows) == 640  # the dataset, once: not the generator's input too
+    generator_steps = rows[1::2]
+    assert all(r["samples"] == 0 and r["data_wait"] == 0 and r["forward"] > 0 for r in generator_steps)
+
+
 def test_custom_batch_function_is_data_wait(run_fastmon, report):
     out = run_fastmon("run", "--headless", SCRIPTS / "custom_batches.py")
     assert out.returncode == 0, out.stderr
-    assert report()["phases"]["data_wait"] > 0.5
+    summary = report()
+    assert summary["phases"]["data_wait"] > 0.5
+    assert summary["samples"] == 30 * 32  # the training's batches, with validation's DataLoader in between
 
 
 def test_lightning_fit_runs_unchanged(run_fastmon, tmp_path):
