@@ -54,7 +54,10 @@ ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, 
          COMM_TAIL: 2, RESUMED: 2, **{ENTER + p: 2 for p in range(len(PHASES))}}
 
 NS = 1e-9
-RECENT_TIMED = 16  # timed steps whose mean samples an untimed step is given
+# Timed steps whose mean samples an untimed step is given: a long memory, for the mean of
+# a random sample of a GAN's two kinds of step is only as good as its count; a change of
+# batch size starts it afresh.
+RECENT_TIMED = 256
 _FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
@@ -68,6 +71,7 @@ class StepAssembler:
         self._next_step: int | None = None
         self._recent_samples: deque[int] = deque(maxlen=RECENT_TIMED)  # of timed steps, for untimed ones
         self._batch_size = 0  # the training's latest batch: a new size starts _recent_samples afresh
+        self._untimed_samples = 0  # their mean
         self._resync()
 
     def _resync(self) -> None:
@@ -208,7 +212,9 @@ class StepAssembler:
                 if self.step_batch and self.step_batch != self._batch_size:
                     self._recent_samples.clear()
                     self._batch_size = self.step_batch
-                self._recent_samples.append(self.samples)
+                recent = self._recent_samples
+                recent.append(self.samples)
+                self._untimed_samples = round(sum(recent) / len(recent))
                 row[4:4 + len(PHASES)] = [v * NS for v in acc[:IDLE]]
                 row[_FIELD["samples"]] = self.samples
                 row[_FIELD["mem_alloc"]], row[_FIELD["mem_reserved"]], row[_FIELD["mem_peak"]] = self.memory
@@ -219,8 +225,7 @@ class StepAssembler:
                 row[_FIELD["eval_grad_forwards"]] = self.eval_grad_forwards
                 row[_FIELD["micro_batches"]] = self.micro_batches
             else:
-                recent = self._recent_samples
-                row[_FIELD["samples"]] = round(sum(recent) / len(recent)) if recent else 0
+                row[_FIELD["samples"]] = self._untimed_samples
             rows.append(row)
         else:
             self.dropped += 1
