@@ -85,7 +85,8 @@ class StepAssembler:
 
     def _reset_step(self) -> None:
         self.acc = [0] * (len(PHASES) + 1)
-        self.samples = self.batch_samples = self.step_batch = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
+        self.samples = self.batch_samples = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
+        self.step_batch = 0  # the size of the step's latest training batch
         self.sync_calls = self.h2d_bytes = self.h2d_pageable_bytes = 0
         self.memory = (0, 0, 0)
 

@@ -280,7 +280,9 @@ class ForwardPart(Part):
                 probe.event("eval_forward_with_grad", location=fmt(user_frame(4)), module=type(module).__name__)
         else:
             code = FORWARD_EVAL
-            clock.loader_batches = 0  # its batch was a validation batch, not the training's
+            # what it took is not the training's batch (validation), or is taken again by a
+            # training forward (a distilling teacher's), which then counts it as without a DataLoader
+            clock.loader_batches = 0
         clock.put((code, perf_counter_ns()))
         if self.cuda:
             probe.cuda_mark("forward_start")

@@ -198,6 +198,13 @@ def test_a_gans_two_optimizers_make_two_steps_and_each_batch_counts_once(run_fas
     assert all(r["samples"] == 0 and r["data_wait"] == 0 and r["forward"] > 0 for r in generator_steps)
 
 
+def test_a_batch_a_teacher_sees_before_the_student_trains_on_it_counts_once(run_fastmon, report):
+    out = run_fastmon("run", "--headless", SCRIPTS / "distill.py")
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    assert summary["steps"] == 40 and summary["samples"] == 640
+
+
 def test_custom_batch_function_is_data_wait(run_fastmon, report):
     out = run_fastmon("run", "--headless", SCRIPTS / "custom_batches.py")
     assert out.returncode == 0, out.stderr
