@@ -299,7 +299,7 @@ class Session:
         rows = self.measured_rows()
         usable = rows[MIN_ADVISE_STEPS:] if len(rows) > MIN_ADVISE_STEPS * 2 else []
         with self.lock:
-            startups = self._startup_steps()
+            startups = startup_steps(self._training_loader())
         self.experiments.tick(rows, startups)
         if not usable:
             return
@@ -338,9 +338,10 @@ class Session:
                 return "the training has ended"
             if self.experiments.busy:
                 return "another change is being measured; try again when it is done"
-            epoch = self._epoch_for(advice)
-            if self.experiments.start(advice, self.measured_rows(), warmup=self._warmup_for(advice),
-                                      epoch=epoch, startups=self._startup_steps()) is None:
+            loader = self._training_loader()
+            epoch = epoch_for(advice, loader)
+            if self.experiments.start(advice, self.measured_rows(), warmup=warmup_for(advice, loader),
+                                      epoch=epoch, startups=startup_steps(loader)) is None:
                 return ("it is measured over whole epochs: an epoch's worth of steps first" if epoch
                         else "no steps to compare with yet")
             self.tried.add(advice_id)
@@ -360,33 +361,9 @@ class Session:
         self._send_control({"t": "profile", "steps": steps})
         return None
 
-    def _warmup_for(self, advice: dict):
-        """Steps to skip after a change before measuring it. After a DataLoader rebuild the
-        batches still in flight in the previous workers come first."""
-        if advice["apply"]["action"] != "loader":
-            return lambda previous: WARMUP_STEPS
-        loader = self._training_loader()
-        prefetch = loader.get("prefetch_factor") or 2
-        original = loader.get("num_workers", 0)
-        return lambda previous: WARMUP_STEPS + prefetch * (previous or {}).get("num_workers", original)
-
     def _training_loader(self) -> dict:
         """The training loader's latest fact, {} before one is seen."""
         return Facts(values=dict(self.state.facts)).training_loader() or {}
-
-    def _startup_steps(self) -> frozenset:
-        """The steps that waited for the training loader's workers to start."""
-        return frozenset(step for step, _ in self._training_loader().get("startups") or ())
-
-    def _epoch_for(self, advice: dict) -> tuple[int, int] | None:
-        """(steps in an epoch, the current epoch's first step) where the change shows only at
-        epoch starts: persistent workers. Every epoch start restarts the workers until
-        then, so the last start-up the probe recorded began the current epoch."""
-        if advice["apply"].get("params", {}).keys() != {"persistent_workers"}:
-            return None
-        loader = self._training_loader()
-        startups = loader.get("startups")
-        return (loader["len"], startups[-1][0]) if loader.get("len") and startups else None
 
     def dismiss(self, advice_id: str) -> None:
         with self.lock:
@@ -477,6 +454,31 @@ class Session:
 def exit_status(code: int) -> int:
     """A child killed by signal N exits the shell way: 128 + N."""
     return 128 - code if code < 0 else code
+
+
+def warmup_for(advice: dict, loader: dict):
+    """Steps to skip after a change before measuring it. After a DataLoader rebuild the
+    batches still in flight in the previous workers come first."""
+    if advice["apply"]["action"] != "loader":
+        return lambda previous: WARMUP_STEPS
+    prefetch = loader.get("prefetch_factor") or 2
+    original = loader.get("num_workers", 0)
+    return lambda previous: WARMUP_STEPS + prefetch * (previous or {}).get("num_workers", original)
+
+
+def startup_steps(loader: dict) -> frozenset:
+    """The steps that waited for the training loader's workers to start."""
+    return frozenset(step for step, _ in loader.get("startups") or ())
+
+
+def epoch_for(advice: dict, loader: dict) -> tuple[int, int] | None:
+    """(steps in an epoch, the current epoch's first step) where the change shows only at
+    epoch starts: persistent workers. Every epoch start restarts the workers until
+    then, so the last start-up the probe recorded began the current epoch."""
+    if advice["apply"].get("params", {}).keys() != {"persistent_workers"}:
+        return None
+    startups = loader.get("startups")
+    return (loader["len"], startups[-1][0]) if loader.get("len") and startups else None
 
 
 def describe_result(result: dict) -> str:
