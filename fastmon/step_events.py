@@ -8,10 +8,8 @@ exactly one phase, the innermost one open at the time, or ``other`` when none is
 phase times of a step add up to its wall time by construction. Before the first
 training activity, and after a gap in the log, time belongs to no step (``IDLE``).
 A step the probe did not time (``fastmon.probe.sampling``) has only its end in the log:
-its row has the wall time, the mean samples of the latest timed steps (``RECENT_TIMED``,
-since the training's batch size last changed), and None for the rest: a mean, because
-steps need not all be alike (a GAN's discriminator step takes the batch, its generator
-step none).
+its row has the wall time, the samples its timed neighbours tell
+(``fastmon.untimed_samples``), and None for the rest.
 A step's samples are its training batches': a batch counts once a training forward (or
 one with autograd on) follows it, or at the step's end when no forward is seen (plain
 tensors); batches that only eval-mode forwards without autograd follow (a validation
@@ -20,15 +18,16 @@ pass between steps) are not the training's.
 Keeping this out of the training process is what makes the probe cheap: on a ~1 ms CPU
 step each Python operation in a hook costs several times what it costs in a warm loop
 (torch has just evicted the interpreter from the caches), so the hooks do the least
-Python they can. Imports nothing but the phase names: the probe and the monitor share it.
+Python they can. Imports nothing but the phase names and ``fastmon.untimed_samples``: the
+probe and the monitor share it.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections import deque
 
 from fastmon.phases import BACKWARD, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, STEP_FIELDS, SYNC
+from fastmon.untimed_samples import UntimedSamples
 
 IDLE = len(PHASES)
 
@@ -54,10 +53,6 @@ ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, 
          COMM_TAIL: 2, RESUMED: 2, **{ENTER + p: 2 for p in range(len(PHASES))}}
 
 NS = 1e-9
-# Timed steps whose mean samples an untimed step is given: a long memory, for the mean of
-# a random sample of a GAN's two kinds of step is only as good as its count; a change of
-# batch size starts it afresh.
-RECENT_TIMED = 256
 _FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
@@ -69,9 +64,7 @@ class StepAssembler:
         self.dropped = 0  # steps lost to a gap in the log
         self._carry = array("q")  # the start of an event cut off at the end of a frame
         self._next_step: int | None = None
-        self._recent_samples: deque[int] = deque(maxlen=RECENT_TIMED)  # of timed steps, for untimed ones
-        self._batch_size = 0  # the training's latest batch: a new size starts _recent_samples afresh
-        self._untimed_samples = 0  # their mean
+        self._untimed_samples = UntimedSamples()
         self._resync()
 
     def _resync(self) -> None:
@@ -86,7 +79,6 @@ class StepAssembler:
     def _reset_step(self) -> None:
         self.acc = [0] * (len(PHASES) + 1)
         self.samples = self.batch_samples = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
-        self.step_batch = 0  # the size of the step's latest training batch
         self.sync_calls = self.h2d_bytes = self.h2d_pageable_bytes = 0
         self.memory = (0, 0, 0)
 
@@ -147,7 +139,7 @@ class StepAssembler:
         elif code == FORWARD_TRAIN:
             self._enter(FORWARD, ints[i + 1])
             self.micro_batches += 1
-            self._take_batch()
+            self.samples, self.batch_samples = self.samples + self.batch_samples, 0
         elif code == LEAVE_STEP_END:
             self._leave(ints[i + 1])
             self._end_step(ints[i + 1], ints[i + 2], rows, perf0, wall0)
@@ -162,14 +154,12 @@ class StepAssembler:
             self.eval_forwards += 1
             self.eval_grad_forwards += code == FORWARD_EVAL_GRAD
             # fine-tuning in eval mode (frozen batch norm) still trains on its batches
-            if code == FORWARD_EVAL_GRAD:
-                self._take_batch()
+            self.samples += self.batch_samples if code == FORWARD_EVAL_GRAD else 0
             self.batch_samples = 0
         elif code == LEAVE_AS:
             self._leave(ints[i + 1], ints[i + 2])
         elif code == SAMPLES:
-            self.batch_samples += ints[i + 1]
-            self._take_batch()
+            self.samples += ints[i + 1]
         elif code == H2D_COPY:
             self.h2d_bytes += ints[i + 1]
             self.h2d_pageable_bytes += ints[i + 2]
@@ -191,15 +181,9 @@ class StepAssembler:
                 self.acc[BACKWARD] -= wait
                 self.acc[COMM] += wait
 
-    def _take_batch(self) -> None:
-        """The batches since the last forward are the training's."""
-        if self.batch_samples:
-            self.samples += self.batch_samples
-            self.step_batch, self.batch_samples = self.batch_samples, 0
-
     def _end_step(self, t: int, step: int, rows: list, perf0: int, wall0: float, timed: bool = True) -> None:
         self._charge(t)
-        self._take_batch()
+        self.samples += self.batch_samples
         if self.phase == IDLE:
             self.phase = OTHER
         acc = self.acc
@@ -210,12 +194,7 @@ class StepAssembler:
             row[0:4] = [self.rank, step, wall0 + (t - perf0) * NS, (t - self.step_start - acc[IDLE]) * NS]
             row[_FIELD["timed"]] = int(timed)
             if timed:
-                if self.step_batch and self.step_batch != self._batch_size:
-                    self._recent_samples.clear()
-                    self._batch_size = self.step_batch
-                recent = self._recent_samples
-                recent.append(self.samples)
-                self._untimed_samples = round(sum(recent) / len(recent))
+                self._untimed_samples.timed(step, self.samples)
                 row[4:4 + len(PHASES)] = [v * NS for v in acc[:IDLE]]
                 row[_FIELD["samples"]] = self.samples
                 row[_FIELD["mem_alloc"]], row[_FIELD["mem_reserved"]], row[_FIELD["mem_peak"]] = self.memory
@@ -226,7 +205,7 @@ class StepAssembler:
                 row[_FIELD["eval_grad_forwards"]] = self.eval_grad_forwards
                 row[_FIELD["micro_batches"]] = self.micro_batches
             else:
-                row[_FIELD["samples"]] = self._untimed_samples
+                row[_FIELD["samples"]] = self._untimed_samples.untimed(step)
             rows.append(row)
         else:
             self.dropped += 1

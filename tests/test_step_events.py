@@ -85,18 +85,18 @@ def test_untimed_steps_between_timed_ones_get_their_wall_time_and_no_phases():
         assert as_dicts(assembler.feed(whole[:cut], 0, 0.0) + assembler.feed(whole[cut:], 0, 0.0)) == rows
 
 
-def test_untimed_steps_get_the_mean_samples_of_the_latest_timed_steps_of_this_batch_size():
-    # A GAN's loop: the discriminator's step takes the batch of 16, the generator's none;
-    # which of them happen to be timed is chance, the untimed ones are given 8 either way.
-    gan = [(ENTER + DATA_WAIT, 0), (LEAVE_BATCH, 1 * MS, 16), (FORWARD_TRAIN, 1 * MS), (LEAVE, 2 * MS),
-           (ENTER + OPTIMIZER, 2 * MS), (LEAVE_STEP_END, 3 * MS, 0),
-           (FORWARD_TRAIN, 3 * MS), (LEAVE, 4 * MS), (ENTER + OPTIMIZER, 4 * MS), (LEAVE_STEP_END, 5 * MS, 1),
-           (UNTIMED_STEPS, 2, 2, 7 * MS, 9 * MS)]
-    # then the batch size doubles (a hot-applied change): from its first timed step on,
-    # untimed steps are given the new size, not a mean with the old one
-    doubled = one_step(9, 4, samples=64) + [(UNTIMED_STEPS, 5, 1, 25 * MS)]
-    rows = as_dicts(StepAssembler(0).feed(log(*gan, *doubled), perf0=0, wall0=0.0))
-    assert [(r["timed"], r["samples"]) for r in rows] == [(1, 16), (1, 0), (0, 8), (0, 8), (1, 64), (0, 64)]
+def test_a_gans_untimed_steps_are_given_the_samples_of_their_kind():
+    # the discriminator's steps (even) take the batch of 16, the generator's (odd) none
+    def gan_step(step: int) -> list[tuple]:
+        t = step * 2 * MS
+        batch = [(ENTER + DATA_WAIT, t), (LEAVE_BATCH, t + MS // 2, 16)] if step % 2 == 0 else []
+        return batch + [(FORWARD_TRAIN, t + MS // 2), (LEAVE, t + MS), (ENTER + OPTIMIZER, t + MS),
+                        (LEAVE_STEP_END, t + 2 * MS, step)]
+
+    timed_first = [event for step in range(20) for event in gan_step(step)]
+    untimed = [(UNTIMED_STEPS, 20, 5, *(2 * MS * (step + 1) for step in range(20, 25)))]
+    rows = as_dicts(StepAssembler(0).feed(log(*timed_first, *untimed), perf0=0, wall0=0.0))
+    assert [r["samples"] for r in rows[20:]] == [16, 0, 16, 0, 16]
 
 
 def test_time_before_the_first_activity_belongs_to_no_step():
