@@ -196,6 +196,14 @@ def test_a_gans_two_optimizers_make_two_steps_and_each_batch_counts_once(run_fas
     assert sum(r["samples"] for r in rows) == 640  # the dataset, once: not the generator's input too
     generator_steps = rows[1::2]
     assert all(r["samples"] == 0 and r["data_wait"] == 0 and r["forward"] > 0 for r in generator_steps)
+    # and on steps too short to time them all, the untimed ones are given their kind's
+    # samples: two critic steps of 16 and a generator step, whose mean (10.7) is none's
+    shutil.rmtree(run_dirs(tmp_path)[0])
+    out = run_fastmon("run", "--headless", SCRIPTS / "gan.py", "--samples", "6400", "--critic-steps", "2")
+    assert out.returncode == 0, out.stderr
+    rows = step_rows(tmp_path)
+    assert len(rows) == 600 and len(timed(rows)) < 300
+    assert sum(r["samples"] for r in rows) == 6400
 
 
 def test_a_batch_a_teacher_sees_before_the_student_trains_on_it_counts_once(run_fastmon, report):
