@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from fastmon.untimed_samples import RECENT_TIMED, UntimedSamples
+from fastmon.untimed_samples import UntimedSamples
 
 ALWAYS_TIMED = 50  # the probe times a run's first steps
 
@@ -54,11 +54,13 @@ def test_an_epochs_short_last_batch_keeps_the_pattern():
     assert abs(estimated - total) / total < 0.005
 
 
-def test_without_a_pattern_the_mean_of_the_latest_timed_steps():
+def test_without_a_pattern_the_last_timed_steps_which_is_right_on_average():
     rng = random.Random(1)
+    nodes = [sum(rng.randint(1, 4) for _ in range(8)) for _ in range(20_000)]  # batches of 8 graphs
     told = UntimedSamples()
-    timed = []
-    for step in range(0, 3000, 3):  # batches of varying size: no period predicts them
-        timed.append(rng.choice((8, 16, 24, 32)))
-        told.timed(step, timed[-1])
-    assert told.untimed(3001) == round(sum(timed[-RECENT_TIMED:]) / RECENT_TIMED)
+    for step in range(0, 300, 3):
+        told.timed(step, nodes[step])
+    assert told.untimed(301) == nodes[297]
+    for seed in range(3):
+        total, estimated = replay(lambda step: nodes[step], 20_000, seed)
+        assert abs(estimated - total) / total < 0.01
