@@ -1,6 +1,6 @@
 """The step clock, the training thread's side: it timestamps phase boundaries into the
 step event log (``fastmon.step_events``) and keeps the few counters the probe's own
-decisions need (the step number; the batches awaiting a training forward, the forwards
+decisions need (the step number; the DataLoader batches awaiting a forward, the forwards
 and the backwards so far in the step, which count only in timed steps) and whether this
 step is timed (``fastmon.probe.sampling``).
 
@@ -19,14 +19,15 @@ from fastmon.step_events import (ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP
 
 
 class StepClock:
-    __slots__ = ("put", "step", "loader_batches", "loader_fed", "forwards", "backwards_since_step", "_memory",
-                 "timing", "ends", "short_until", "short_ref", "_ends_first", "_ends_lock")
+    __slots__ = ("put", "step", "loader_batches", "eval_took_batch", "loader_fed", "forwards", "backwards_since_step",
+                 "_memory", "timing", "ends", "short_until", "short_ref", "_ends_first", "_ends_lock")
 
     def __init__(self, put, memory=None) -> None:
         self.put = put  # appends one event, atomically: array('q').extend
         self._memory = memory
         self.step = 0
         self.loader_batches = 0
+        self.eval_took_batch = False  # an eval-mode forward took a DataLoader batch in this step
         # A training forward has followed a DataLoader batch: the training is fed by loaders,
         # so a step without a batch of its own (a GAN's generator step) is not given the
         # batch its forward takes as samples, nor its start as data_wait.
@@ -83,6 +84,7 @@ class StepClock:
         self.put((LEAVE_STEP_END if leaving else STEP_END, now, self.step))
         self.step += 1
         self.loader_batches = self.forwards = self.backwards_since_step = 0
+        self.eval_took_batch = False
         return now
 
     def start_untimed(self) -> None:

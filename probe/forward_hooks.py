@@ -262,7 +262,7 @@ class ForwardPart(Part):
                 probe.end_step()
             if clock.loader_batches:
                 clock.loader_fed = True
-            elif not clock.loader_fed:
+            elif not clock.loader_fed or clock.eval_took_batch:
                 if clock.forwards == 0:
                     clock.reclassify_gap_as_data_wait()
                 if has_params and args:
@@ -280,9 +280,11 @@ class ForwardPart(Part):
                 probe.event("eval_forward_with_grad", location=fmt(user_frame(4)), module=type(module).__name__)
         else:
             code = FORWARD_EVAL
-            # what it took is not the training's batch (validation), or is taken again by a
-            # training forward (a distilling teacher's), which then counts it as without a DataLoader
-            clock.loader_batches = 0
+            # What it took is not the training's batch (validation), or is taken again by a
+            # training forward (a distilling teacher's), which then counts it as without a
+            # DataLoader: the monitor, like this, lets an eval-mode forward's batch go.
+            if clock.loader_batches:
+                clock.loader_batches, clock.eval_took_batch = 0, True
         clock.put((code, perf_counter_ns()))
         if self.cuda:
             probe.cuda_mark("forward_start")

@@ -206,8 +206,9 @@ def test_a_gans_two_optimizers_make_two_steps_and_each_batch_counts_once(run_fas
     assert sum(r["samples"] for r in rows) == 6400
 
 
-def test_a_batch_a_teacher_sees_before_the_student_trains_on_it_counts_once(run_fastmon, report):
-    out = run_fastmon("run", "--headless", SCRIPTS / "distill.py")
+@pytest.mark.parametrize("teacher_every", ["1", "2"])
+def test_a_batch_a_teacher_sees_before_the_student_trains_on_it_counts_once(run_fastmon, report, teacher_every):
+    out = run_fastmon("run", "--headless", SCRIPTS / "distill.py", "--teacher-every", teacher_every)
     assert out.returncode == 0, out.stderr
     summary = report()
     assert summary["steps"] == 40 and summary["samples"] == 640
