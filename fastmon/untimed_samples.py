@@ -35,7 +35,6 @@ class UntimedSamples:
         self._hits: dict[int, deque[bool]] = {p: deque(maxlen=CHECKS) for p in PERIODS}
         self._hit_counts = dict.fromkeys(PERIODS, 0)
         self._period: int | None = None
-        self._last = 0
 
     def timed(self, step: int, samples: int) -> None:
         """A timed step's samples."""
@@ -54,10 +53,10 @@ class UntimedSamples:
         best = max(rates.values(), default=0.0)
         self._period = next((p for p, rate in rates.items() if rate >= best - AS_GOOD), None) \
             if best >= MATCHING else None
-        self._last = samples
 
     def untimed(self, step: int) -> int:
         """An untimed step's samples, as its timed neighbours tell."""
+        last_timed = self._latest[1].get(0, 0)  # period 1's one position
         if self._period is None:
-            return self._last
-        return self._latest[self._period].get(step % self._period, self._last)
+            return last_timed
+        return self._latest[self._period].get(step % self._period, last_timed)
