@@ -19,6 +19,8 @@ Checks:
                       between steps) and training goes on unchanged
   profile_capture     `--profile-at`: a torch.profiler capture of CUDA steps holds the
                       kernels (top operators by self CUDA time) and the trace file
+  compile_speed       a nanoGPT-sized transformer under torch.compile, bare vs fastmon:
+                      steady step time ratio <= 1.02, no graph break or recompilation
 """
 
 from __future__ import annotations
@@ -59,6 +61,32 @@ MATMUL_LOOP = textwrap.dedent("""
             print(f"loss {loss.item():.4f}")
     end.record(); end.synchronize()
     print(f"device_ms_per_step {start.elapsed_time(end) / steps:.4f}")
+""")
+
+COMPILE_LOOP = textwrap.dedent("""
+    import sys, torch
+    from torch import nn
+    torch.manual_seed(0)
+    steps = int(sys.argv[1])
+    layer = lambda: nn.TransformerEncoderLayer(384, 6, 1536, dropout=0.0, batch_first=True, norm_first=True)
+    model = nn.Sequential(nn.Embedding(65, 384), *[layer() for _ in range(6)], nn.Linear(384, 65)).cuda()
+    model = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    x = torch.randint(0, 65, (64, 256), device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for step in range(steps + 50):
+        if step == 50:
+            torch.cuda.synchronize(); start.record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(model(x).view(-1, 65), x.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    end.record(); end.synchronize()
+    from torch._dynamo.utils import counters
+    print(f"device_ms_per_step {start.elapsed_time(end) / steps:.4f}")
+    print(f"graph_breaks {sum(counters['graph_break'].values())}")
+    print(f"unique_graphs {counters['stats']['unique_graphs']}")
 """)
 
 PROFILE_LOOP = textwrap.dedent("""
@@ -271,6 +299,22 @@ def check_profile_capture(cwd: Path) -> str:
             f"{kernels[0]['share']:.0%} of CUDA time; {len(capture.get('patterns') or [])} anti-pattern finding(s)")
 
 
+def check_compile_speed(cwd: Path) -> str:
+    loop = script(cwd, "compiled.py", COMPILE_LOOP)
+    bare, probed, graphs = [], [], {}
+    for pair in range(2):
+        for mode in (("bare", "fastmon") if pair == 0 else ("fastmon", "bare")):
+            out = run([sys.executable, loop, 300], cwd, 600) if mode == "bare" else \
+                fastmon(["run", "--headless", loop, 300], cwd, 600)
+            assert out.returncode == 0, out.stderr[-2000:]
+            (bare if mode == "bare" else probed).append(value(out.stdout, "device_ms_per_step"))
+            graphs[mode] = (value(out.stdout, "graph_breaks"), value(out.stdout, "unique_graphs"))
+    assert graphs["fastmon"] == graphs["bare"], f"graph breaks, graphs: bare {graphs['bare']}, fastmon {graphs['fastmon']}"
+    ratio = statistics.median(p / b for p, b in zip(probed, bare))
+    assert ratio <= 1.02, f"fastmon/bare compiled step time {ratio:.4f}"
+    return f"compiled step fastmon/bare = {ratio:.4f} (2 interleaved pairs); graph breaks, graphs {graphs['bare']}"
+
+
 CHECKS = {
     "events_vs_profiler": check_events_vs_profiler,
     "no_added_sync": check_no_added_sync,
@@ -281,6 +325,7 @@ CHECKS = {
     "amp_bf16": check_amp_bf16,
     "oom_revert": check_oom_revert,
     "profile_capture": check_profile_capture,
+    "compile_speed": check_compile_speed,
 }
 
 

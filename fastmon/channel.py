@@ -2,12 +2,18 @@
 
 A socket path rather than an inherited socketpair, because under torchrun the probes
 are grandchildren and several of them (one per rank) connect. Each connection speaks
-length-prefixed JSON frames (``fastmon.wire``); the first message says which rank it is.
+length-prefixed JSON frames (``fastmon.wire``); the first message says which rank it is
+and carries the run's secret, which the probes inherit in their environment
+(``FASTMON_SECRET``, never on a command line). A connection without it, with a frame that
+cannot be read, or claiming a rank already connected is closed and counted (``refused``);
+nothing another process sends can end the reader or take a rank's place.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
+import secrets
 import selectors
 import shutil
 import socket
@@ -33,8 +39,11 @@ class ChannelServer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fastmon-channel", daemon=True)
+        self.secret = secrets.token_hex(16)
         self.connections = 0
         self.open_connections = 0
+        self.refused = 0  # connections closed for a missing secret, an unreadable frame or a rank taken
+        self.failed_messages = 0  # messages from a probe that the monitor could not take
 
     def start(self) -> None:
         self._thread.start()
@@ -42,10 +51,13 @@ class ChannelServer:
     def _run(self) -> None:
         while not self._stop.is_set():
             for key, _ in self._selector.select(timeout=0.1):
-                if key.fileobj is self._server:
-                    self._accept()
-                else:
-                    self._read(key)
+                try:
+                    if key.fileobj is self._server:
+                        self._accept()
+                    else:
+                        self._read(key)
+                except Exception:  # never the end of the reader: that connection goes
+                    self._drop(key.fileobj, key.data[1] if key.data else None, refused=True)
 
     def _accept(self) -> None:
         try:
@@ -64,23 +76,54 @@ class ChannelServer:
         except OSError:
             data = b""
         if not data:
-            self._selector.unregister(conn)
-            conn.close()
-            self.open_connections -= 1
-            with self._lock:
-                if rank is not None and self._ranks.get(rank) is conn:
-                    del self._ranks[rank]
+            self._drop(conn, rank)
             return
         try:
             messages = reader.feed(data)
-        except ValueError:
-            messages = []
+        except (ValueError, UnicodeDecodeError):
+            self._drop(conn, rank, refused=True)
+            return
         for message in messages:
-            if message.get("t") == "hello":
-                key.data[1] = rank = int(message.get("rank", 0))
-                with self._lock:
-                    self._ranks[rank] = conn
-            self._on_message(message)
+            if rank is None:
+                rank = self._admit(conn, message)
+                if rank is None:
+                    self._drop(conn, None, refused=True)
+                    return
+                key.data[1] = rank
+                message = {k: v for k, v in message.items() if k != "secret"}
+            elif message.get("t") == "hello" or message.get("rank", rank) != rank:
+                self._drop(conn, rank, refused=True)  # a probe says hello once, for its own rank
+                return
+            try:
+                self._on_message(message)
+            except Exception:
+                self.failed_messages += 1
+
+    def _admit(self, conn, hello: dict) -> int | None:
+        """The rank a connection's first message claims, if it is a hello with the run's
+        secret for a rank not connected yet; else None."""
+        secret, rank = hello.get("secret"), hello.get("rank")
+        if hello.get("t") != "hello" or not isinstance(secret, str) or not hmac.compare_digest(secret, self.secret):
+            return None
+        if type(rank) is not int or rank < 0:
+            return None
+        with self._lock:
+            if rank in self._ranks:
+                return None
+            self._ranks[rank] = conn
+        return rank
+
+    def _drop(self, conn, rank: int | None, refused: bool = False) -> None:
+        try:
+            self._selector.unregister(conn)
+        except (KeyError, ValueError):
+            return
+        conn.close()
+        self.open_connections -= 1
+        self.refused += refused
+        with self._lock:
+            if rank is not None and self._ranks.get(rank) is conn:
+                del self._ranks[rank]
 
     def ranks(self) -> list[int]:
         with self._lock:

@@ -48,14 +48,24 @@ _INSERT = {
 }
 
 
+NAME_KEPT = 80  # characters of the script's name in its run folder's (a file name has at most 255 bytes)
+
+
 def new_run_dir(runs_dir: str | os.PathLike, name: str) -> Path:
+    """A new folder of its own, readable by its owner alone (what the script prints is in
+    it), made in one step: runs started in the same second each get theirs."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path(runs_dir) / f"{stamp}-{name}"
+    Path(runs_dir).mkdir(parents=True, exist_ok=True)
+    base = Path(runs_dir) / f"{stamp}-{name.encode()[:NAME_KEPT].decode(errors='ignore')}"
     path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    path.mkdir(parents=True)
+    while True:
+        try:
+            path.mkdir(mode=0o700)
+            break
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+    path.chmod(0o700)  # whatever the umask
     return path
 
 
@@ -95,6 +105,7 @@ class Recorder:
         self.put("meta", (key, json.dumps(value, default=str)))
 
     def _run(self) -> None:
+        os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))  # SQLite gives its -wal and -shm this mode
         db = sqlite3.connect(self.path)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")

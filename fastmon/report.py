@@ -37,14 +37,37 @@ def spawned_line(event: dict, script: str = "SCRIPT") -> str:
             f"process reading its rank from RANK / LOCAL_RANK / WORLD_SIZE")
 
 
+def startup_lines(s: dict) -> list[str]:
+    """The steps left out of rates and shares, and what dynamo reported."""
+    lines = []
+    startup = s.get("startup_steps") or []
+    if startup:
+        shown = ", ".join(f"step {u['step']}: {u['wall_s']:.2f} s" for u in startup[:4])
+        more = f" and {len(startup) - 4} more" if len(startup) > 4 else ""
+        lines.append(f"  compiling (torch.compile): {shown}{more}; left out of the rates, shares and medians")
+    compiled = s.get("compile")
+    if compiled:
+        seconds = compiled.get("compile_seconds")
+        lines.append(f"  torch.compile: {compiled['graphs']} graph{'s' if compiled['graphs'] != 1 else ''}, "
+                     f"{compiled['graph_breaks']} graph breaks, {compiled['recompiles']} recompilations"
+                     + (f", {seconds:.1f} s compiling" if seconds is not None else ""))
+        for reason in (compiled.get("graph_break_reasons") or [])[:3]:
+            lines.append(f"    graph break: {reason}")
+        for reason in (compiled.get("recompile_reasons") or [])[:3]:
+            lines.append(f"    recompiled: {reason}")
+    return lines
+
+
 def format_text(s: dict) -> str:
     lines = []
     exit_code = s.get("exit_code")
     lines.append(f"fastmon report — {s.get('script') or '?'}  ({s['run']})")
+    steady = "steady run " if s.get("steady_steps", s["steps"]) < s["steps"] else ""
     lines.append(
-        f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {s['steps_per_s']:.2f} steps/s · "
+        f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {steady}{s['steps_per_s']:.2f} steps/s · "
         f"{s['samples_per_s']:,.1f} samples/s · exit code {exit_code if exit_code is not None else '? (still running or killed)'}")
     lines.append(f"  step time median {s['step_ms']['median']:.2f} ms, p90 {s['step_ms']['p90']:.2f} ms")
+    lines += startup_lines(s)
     for event in s.get("spawned_training") or []:
         lines.append(f"  note: {spawned_line(event, s.get('script') or 'SCRIPT')}")
     if not s["steps"] and not s.get("spawned_training"):
@@ -73,10 +96,14 @@ def format_text(s: dict) -> str:
     lines.append("")
     mem = s["memory"]
     # Workers are looked for every 2 s: a short epoch's may come and go unseen.
-    workers = (f"{mem['workers_seen_max']} DataLoader workers {mib(mem['workers_rss_peak'])}"
+    workers = (f"{mem['workers_seen_max']} DataLoader workers {mib(mem['workers_pss_peak'])} PSS"
                if mem["workers_seen_max"] else "no DataLoader workers seen")
-    lines.append(f"  memory: trainer RSS peak {mib(mem['trainer_rss_peak'])}, {workers}, "
-                 f"torch allocated peak {mib(mem['torch_peak_allocated'])}, reserved {mib(mem['torch_peak_reserved'])}")
+    others = "".join(f", {mem[f'{role}_processes_max']} {what} {mib(mem[f'{role}_rss_peak'])}"
+                     for role, what in (("compile", "compile workers"), ("other", "other child processes"))
+                     if mem.get(f"{role}_processes_max"))
+    allocator = (f"torch allocated peak {mib(mem['torch_peak_allocated'])}, reserved {mib(mem['torch_peak_reserved'])}"
+                 if mem["torch_peak_reserved"] else "torch's CUDA allocator n/a (no CUDA memory used)")
+    lines.append(f"  memory: trainer RSS peak {mib(mem['trainer_rss_peak'])}, {workers}{others}, {allocator}")
     gpu = s["gpu"]
     if gpu.get("available"):
         for d in gpu["devices"]:
@@ -92,6 +119,9 @@ def format_text(s: dict) -> str:
                          + " ".join(f"{r['phases'][p]:>8.1%}" for p in PHASES))
         lines.append(f"  straggler: {'rank ' + str(s['straggler']) if s['straggler'] is not None else 'none (ranks within noise)'}")
     lines.append(f"  dropped records: {s['dropped']}")
+    if s.get("channel_refused"):
+        lines.append(f"  connections refused: {s['channel_refused']} (without the run's secret, unreadable, or claiming "
+                     "a rank already connected)")
     if s["probe_faults"]:
         for fault in s["probe_faults"]:
             lines.append(f"  probe fault: {fault.get('part')} hooks switched off: {fault.get('error')}")

@@ -1,6 +1,10 @@
 """Samplers that run in the monitor: psutil for the trainer, its DataLoader workers and
 the system; NVML (nvidia-ml-py) for the GPUs. No NVML library, no driver, no GPU: the
-GPU sampler says why in one line and returns nothing."""
+GPU sampler says why in one line and returns nothing.
+
+A child of the trainer is a DataLoader worker only when the probe named its pid (from the
+iterators it watched); inductor's compile workers are ``compile``, anything else ``other``.
+Workers share their parent's pages copy-on-write: their memory is PSS, not RSS."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ class HostSampler:
         self.root_pid = root_pid
         self.launcher = launcher  # the root is torchrun: its fastmon.probe children are the trainers
         self._roles: dict[int, tuple[psutil.Process, str]] = {}  # pid -> (process, role), children after parents
+        self.worker_pids: set[int] = set()  # DataLoader workers, as the probe reports them
         self._walked = float("-inf")
         psutil.cpu_percent(percpu=True)  # prime: the first reading is meaningless
 
@@ -55,14 +60,25 @@ class HostSampler:
             return "launcher"
         if "fastmon.probe" in cmdline and ppid not in trainers:
             return "trainer"
-        return "worker"
+        if "compile_worker" in cmdline:
+            return "compile"
+        return "child"
+
+    def role(self, pid: int, walked_role: str) -> str:
+        if walked_role != "child":
+            return walked_role
+        return "worker" if pid in self.worker_pids else "other"
 
     def sample(self) -> dict:
         procs = []
         for pid, (proc, role) in list(self._tracked().items()):
             try:
+                role = self.role(pid, role)
                 with proc.oneshot():
-                    procs.append({"pid": pid, "cpu": proc.cpu_percent(), "rss": proc.memory_info().rss, "role": role})
+                    entry = {"pid": pid, "cpu": proc.cpu_percent(), "rss": proc.memory_info().rss, "role": role}
+                    if role == "worker":
+                        entry["pss"] = _pss(proc)
+                procs.append(entry)
             except psutil.Error:
                 self._roles.pop(pid, None)
         memory = psutil.virtual_memory()
@@ -123,6 +139,14 @@ class GpuSampler:
                 entry["process_mem"] = None
             out.append(entry)
         return out
+
+
+def _pss(proc: psutil.Process) -> int | None:
+    """Proportional set size: shared pages split among the processes that map them."""
+    try:
+        return getattr(proc.memory_full_info(), "pss", None)
+    except (psutil.Error, OSError):
+        return None
 
 
 def _text(value) -> str:

@@ -23,6 +23,7 @@ from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
+from fastmon.sample_count import samples_in_first
 from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.step_events import StepAssembler
 from fastmon.wire import SEND_EVERY
@@ -112,6 +113,9 @@ class Session:
         # The steps captured: slower under the profiler, so no advisor window and no
         # experiment's measurement counts them.
         self.captured: list[range] = []
+        self.compiled: list[range] = []  # steps in which torch.compile compiled: start-up, not training
+        self.worker_pids: dict[int, set[int]] = {}  # each rank's DataLoader workers
+        self.host: HostSampler | None = None
         self._stop = threading.Event()
         self._finish_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -140,7 +144,8 @@ class Session:
                 "profile_at": self.options.profile_at}
         for key, value in meta.items():
             self.recorder.meta(key, value)
-        env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_RUN_DIR=str(self.run_dir),
+        env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_SECRET=self.channel.secret,
+                   FASTMON_RUN_DIR=str(self.run_dir),
                    PYTHONUNBUFFERED="1", FASTMON_EVERY_STEP="1" if self.options.every_step else "0")
         if self.options.profile_at is not None:
             env["FASTMON_PROFILE"] = f"{self.options.profile_at}:{self.options.profile_steps}"
@@ -202,12 +207,18 @@ class Session:
                 self._note_device_busy(message)
             elif kind == "fact":
                 state.facts[message["key"]] = message["value"]
+                if message["key"] == "dataloader.worker_pids":
+                    self.worker_pids[message.get("rank", 0)] = set(message["value"])
+                    if self.host is not None:
+                        self.host.worker_pids = set().union(*self.worker_pids.values())
                 rec.put("facts", (time.time(), message.get("rank", 0), message["key"], json.dumps(message["value"])))
             elif kind == "event":
                 state.events.append(message)
                 if message["kind"] == "profile_started":
                     self.profiling = True
                     self.captured.append(range(message["first"], message["first"] + message["steps"]))
+                elif message["kind"] == "compiled" and message.get("rank", 0) == 0:
+                    self.compiled.append(range(message["from_step"], message["to_step"] + 1))
                 elif message["kind"] == "profile":
                     # Until its tables were done the training shared the process with them: those
                     # steps are left out too.
@@ -224,11 +235,17 @@ class Session:
                 state.dropped += int(message.get("dropped", 0))
                 rec.meta("dropped", state.dropped)
 
+    def _samples_of(self, loader_index: int, batches: int) -> int | None:
+        """Samples in the first ``batches`` of an epoch of loader ``loader_index``, from its
+        fact (``fastmon.sample_count``); called under the lock, from ``_assemble``."""
+        loader = self.state.facts.get(f"loader.L{loader_index}") or {}
+        return samples_in_first(batches, loader.get("batch_size"), loader.get("epoch_samples"))
+
     def _assemble(self, message: dict) -> list[list]:
         rank = message["rank"]
         assembler = self._assemblers.get(rank)
         if assembler is None:
-            assembler = self._assemblers[rank] = StepAssembler(rank)
+            assembler = self._assemblers[rank] = StepAssembler(rank, self._samples_of)
         lost = assembler.dropped
         rows = assembler.feed(message["log"], message["perf0"], message["wall0"],
                               gap=message.get("gap", False))
@@ -249,7 +266,8 @@ class Session:
             self.state.facts["device.busy_fraction"] = value if previous is None else 0.9 * previous + 0.1 * value
 
     def _sample_loop(self) -> None:
-        host = HostSampler(self.proc.pid, launcher=self.options.torchrun is not None)
+        host = self.host = HostSampler(self.proc.pid, launcher=self.options.torchrun is not None)
+        host.worker_pids = set().union(*self.worker_pids.values())
         while not self._stop.wait(SAMPLE_EVERY):
             try:
                 sample = host.sample()
@@ -279,10 +297,10 @@ class Session:
             return list(rank_state.rows) if rank_state else []
 
     def measured_rows(self) -> list:
-        """Rank 0's rows without the steps a torch.profiler capture slowed."""
+        """Rank 0's rows without the steps a torch.profiler capture slowed or that compiled."""
         rows = self.rows()
         with self.lock:
-            left_out = {step for steps in self.captured for step in steps}
+            left_out = {step for steps in (*self.captured, *self.compiled) for step in steps}
         if not left_out:
             return rows
         return [r for r in rows if r[_STEP] not in left_out]
@@ -436,6 +454,9 @@ class Session:
         self.recorder.meta("exit_code", self.state.exit_code)
         self.recorder.meta("ended", self.state.ended)
         self.recorder.meta("dropped", self.state.dropped)
+        if self.channel is not None:
+            self.recorder.meta("channel", {"refused": self.channel.refused,
+                                           "failed_messages": self.channel.failed_messages})
         self.recorder.close()
         if self.channel is not None:
             self.channel.close()

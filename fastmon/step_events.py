@@ -18,8 +18,8 @@ pass between steps) are not the training's.
 Keeping this out of the training process is what makes the probe cheap: on a ~1 ms CPU
 step each Python operation in a hook costs several times what it costs in a warm loop
 (torch has just evicted the interpreter from the caches), so the hooks do the least
-Python they can. Imports nothing but the phase names and ``fastmon.untimed_samples``: the
-probe and the monitor share it.
+Python they can. Imports nothing but the phase names, ``fastmon.sample_count`` and
+``fastmon.untimed_samples``: the probe and the monitor share it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 from array import array
 
 from fastmon.phases import BACKWARD, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, STEP_FIELDS, SYNC
+from fastmon.sample_count import LoaderReadings, SamplesOf
 from fastmon.untimed_samples import UntimedSamples
 
 IDLE = len(PHASES)
@@ -47,8 +48,10 @@ MEMORY = 26  # (code, allocated, reserved, peak): torch's allocator at the step'
 GAP_IS_DATA = 27  # (code, t): the step's time so far, before its first forward, was spent getting the batch
 COMM_TAIL = 28  # (code, t_last_grad): the backward just closed waited for DDP's all-reduce after this
 RESUMED = 29  # (code, t): the probe was suspended since the last event; that time is in no step
-UNTIMED_STEPS = 30  # (code, first_step, n, t_1 .. t_n): the ends of n steps in a row that were not timed
-ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, UNTIMED_STEPS: 3, FORWARD_TRAIN: 2,
+UNTIMED_STEPS = 30  # (code, first_step, n, t_1 .. t_n, r_1 .. r_n): n untimed steps' ends, and their loader readings
+LOADER_READING = 31  # (code, reading): the training loader's batches delivered at this timed step's end
+ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, UNTIMED_STEPS: 3, LOADER_READING: 2,
+         FORWARD_TRAIN: 2,
          FORWARD_EVAL: 2, FORWARD_EVAL_GRAD: 2, SAMPLES: 2, H2D_COPY: 3, MEMORY: 4, GAP_IS_DATA: 2,
          COMM_TAIL: 2, RESUMED: 2, **{ENTER + p: 2 for p in range(len(PHASES))}}
 
@@ -59,8 +62,10 @@ _FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
 class StepAssembler:
     """One rank's step rows (``STEP_FIELDS``, seconds) from its probe's event log."""
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, samples_of: SamplesOf | None = None) -> None:
         self.rank = rank
+        self.reading = -1  # the training loader's reading at the step about to end
+        self._readings = LoaderReadings(samples_of)
         self.dropped = 0  # steps lost to a gap in the log
         self._carry = array("q")  # the start of an event cut off at the end of a frame
         self._next_step: int | None = None
@@ -99,7 +104,7 @@ class StepAssembler:
             if width is None:
                 raise ValueError(f"unknown step event code {code}")
             if code == UNTIMED_STEPS and i + width <= n:
-                width += ints[i + 2]
+                width += 2 * ints[i + 2]
             if i + width > n:
                 break
             self._apply(code, ints, i, rows, perf0, wall0)
@@ -144,9 +149,12 @@ class StepAssembler:
             self._leave(ints[i + 1])
             self._end_step(ints[i + 1], ints[i + 2], rows, perf0, wall0)
         elif code == UNTIMED_STEPS:
-            first = ints[i + 1]
-            for k in range(ints[i + 2]):
+            first, count = ints[i + 1], ints[i + 2]
+            for k in range(count):
+                self.reading = ints[i + 3 + count + k]
                 self._end_step(ints[i + 3 + k], first + k, rows, perf0, wall0, timed=False)
+        elif code == LOADER_READING:
+            self.reading = ints[i + 1]
         elif code == STEP_END:
             self._end_step(ints[i + 1], ints[i + 2], rows, perf0, wall0)
         elif code == FORWARD_EVAL or code == FORWARD_EVAL_GRAD:
@@ -184,6 +192,8 @@ class StepAssembler:
     def _end_step(self, t: int, step: int, rows: list, perf0: int, wall0: float, timed: bool = True) -> None:
         self._charge(t)
         self.samples += self.batch_samples
+        delivered = self._readings.step_samples(self.reading)
+        self.reading = -1
         if self.phase == IDLE:
             self.phase = OTHER
         acc = self.acc
@@ -194,9 +204,9 @@ class StepAssembler:
             row[0:4] = [self.rank, step, wall0 + (t - perf0) * NS, (t - self.step_start - acc[IDLE]) * NS]
             row[_FIELD["timed"]] = int(timed)
             if timed:
-                self._untimed_samples.timed(step, self.samples)
+                self._untimed_samples.timed(step, self.samples if delivered is None else delivered)
                 row[4:4 + len(PHASES)] = [v * NS for v in acc[:IDLE]]
-                row[_FIELD["samples"]] = self.samples
+                row[_FIELD["samples"]] = self.samples if delivered is None else delivered
                 row[_FIELD["mem_alloc"]], row[_FIELD["mem_reserved"]], row[_FIELD["mem_peak"]] = self.memory
                 row[_FIELD["h2d_bytes"]] = self.h2d_bytes
                 row[_FIELD["h2d_pageable_bytes"]] = self.h2d_pageable_bytes
@@ -205,7 +215,7 @@ class StepAssembler:
                 row[_FIELD["eval_grad_forwards"]] = self.eval_grad_forwards
                 row[_FIELD["micro_batches"]] = self.micro_batches
             else:
-                row[_FIELD["samples"]] = self._untimed_samples.untimed(step)
+                row[_FIELD["samples"]] = self._untimed_samples.untimed(step) if delivered is None else delivered
             rows.append(row)
         else:
             self.dropped += 1

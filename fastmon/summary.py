@@ -4,6 +4,7 @@ the end. Built from the run record alone, so a replay shows the same numbers."""
 from __future__ import annotations
 
 from fastmon.advisor.facts import Facts
+from fastmon.advisor.knobs import batch_setting, loader_setting
 from fastmon.advisor.window import Window
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import RunRecord
@@ -34,6 +35,26 @@ def window_summary(window: Window) -> dict:
     }
 
 
+def compile_steps(events: list[dict]) -> dict[int, set[int]]:
+    """Each rank's steps in which torch.compile compiled (the probe's ``compiled`` events)."""
+    out: dict[int, set[int]] = {}
+    for e in events:
+        if e["kind"] == "compiled":
+            out.setdefault(e.get("rank", 0), set()).update(range(e["from_step"], e["to_step"] + 1))
+    return out
+
+
+def steady_summary(rows: list, left_out: set[int]) -> dict:
+    """Steps and samples of every row; rates, shares and medians of the steady run, without
+    the steps that compiled (seconds of start-up each, which would make the shares)."""
+    everything = Window.from_rows(rows)
+    steady = [r for r in rows if r[_I["step"]] not in left_out] if left_out else rows
+    out = window_summary(Window.from_rows(steady) if steady else everything)
+    out.update(steps=everything.steps, samples=everything.samples, duration_s=round(everything.wall, 4),
+               steady_steps=len(steady))
+    return out
+
+
 def straggler(ranks: list[dict]) -> int | None:
     """The rank whose own work per step (its step without the phases where DDP ranks wait
     for each other) exceeds the median rank's by the margin, or None.
@@ -62,25 +83,30 @@ def summarize(run_dir) -> dict:
         ranks = sorted({r[_I["rank"]] for r in all_rows})
         primary = [r for r in all_rows if r[_I["rank"]] == (ranks[0] if ranks else 0)]
         exit_codes = [m.get("exit_code") for m in metas]
+        events = [e for rec in records for e in rec.events()]
+        compiled = compile_steps(events)
         summary = {"run": ", ".join(map(str, dirs)), "folders": len(dirs), "script": meta.get("script"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
-                   **window_summary(Window.from_rows(primary))}
+                   **steady_summary(primary, compiled.get(ranks[0] if ranks else 0, set()))}
+        summary["startup_steps"] = [{"step": r[_I["step"]], "wall_s": round(r[_I["wall"]], 4), "why": "torch.compile"}
+                                    for r in primary if r[_I["step"]] in compiled.get(ranks[0] if ranks else 0, ())]
         summary["ranks"] = []
         if len(ranks) > 1:
             for rank in ranks:
                 rows = [r for r in all_rows if r[_I["rank"]] == rank]
-                summary["ranks"].append({"rank": rank, **window_summary(Window.from_rows(rows))})
+                summary["ranks"].append({"rank": rank, **steady_summary(rows, compiled.get(rank, set()))})
         summary["straggler"] = straggler(summary["ranks"])
         summary["memory"] = _memory(primary, records[0])
         summary["gpu"] = _gpu(records[0], meta)
         summary["device"] = _device(records[0])
         summary["dropped"] = sum(m.get("dropped", 0) or 0 for m in metas)
+        summary["channel_refused"] = sum((m.get("channel") or {}).get("refused", 0) for m in metas)
         summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         facts = records[0].facts()
         summary["permanent_changes"] = permanent_changes(summary["applied"], facts)
         summary["timing"] = facts.get("timing")  # the probe's measure of what a timed step costs
-        events = [e for rec in records for e in rec.events()]
+        summary["compile"] = facts.get("compile")
         summary["probe_faults"] = [e for e in events if e["kind"] == "probe_fault"]
         summary["profiles"] = [e for e in events if e["kind"] == "profile"]
         summary["spawned_training"] = [e for e in events if e["kind"] == "spawned_training"]
@@ -97,11 +123,15 @@ def _memory(rows, record: RunRecord) -> dict:
            "torch_peak_reserved": max((r[_I["mem_reserved"]] or 0 for r in rows), default=0)}
     rss = [sum(p["rss"] for p in s.get("processes", []) if p.get("role") == "trainer")
            for _, _, s in record.samples("host")]
-    workers = [[p["rss"] for p in s.get("processes", []) if p.get("role") == "worker"]
-               for _, _, s in record.samples("host")]
+    host = [s.get("processes", []) for _, _, s in record.samples("host")]
+    workers = [[p.get("pss") or p["rss"] for p in procs if p.get("role") == "worker"] for procs in host]
     out["trainer_rss_peak"] = max(rss, default=0)
-    out["workers_rss_peak"] = max(map(sum, workers), default=0)
+    out["workers_pss_peak"] = max(map(sum, workers), default=0)
     out["workers_seen_max"] = max(map(len, workers), default=0)
+    for role in ("compile", "other"):
+        seen = [[p["rss"] for p in procs if p.get("role") == role] for procs in host]
+        out[f"{role}_processes_max"] = max(map(len, seen), default=0)
+        out[f"{role}_rss_peak"] = max(map(sum, seen), default=0)
     return out
 
 
@@ -172,13 +202,13 @@ def permanent_changes(applied: list[dict], facts: dict) -> list[str]:
             lines.append("torch.optim.<Optimizer>(params, ..., fused=True)  # or drop foreach=False")
         elif a["id"] == "batch_size":
             params = a.get("params") or {}
-            lines.append(f"DataLoader(..., batch_size=x{params.get('factor', 2):g}) and learning rates "
+            batch = (Facts(values=facts).training_loader() or {}).get("batch_size")
+            lines.append(f"{batch_setting(Facts(values=facts), batch, params.get('factor', 2))} and learning rates "
                          f"x{params.get('lr_scale', 1):g} (schedulers' too)")
         elif a["id"] == "amp":
             lines.append(f'with torch.autocast("cuda", dtype=torch.{(a.get("params") or {}).get("dtype", "bfloat16")}):')
     if loader_params:
         loader = Facts(values=facts).training_loader() or {}
-        args = ", ".join(f"{k}={v}" for k, v in loader_params.items())
         where = f"  # {loader['location']}" if loader.get("location") else ""
-        lines.insert(0, f"DataLoader(..., {args}){where}")
+        lines.insert(0, f"{loader_setting(Facts(values=facts), **loader_params)}{where}")
     return lines

@@ -6,9 +6,9 @@ collector, the hot-apply control side and the torch.profiler capture asked for f
 monitor.
 
 May import: the standard library, torch (lazily, inside ``install``) and fastmon's
-shared, dependency-free modules (``phases``, ``wire``, ``step_events``). Never textual,
-never anything from ``fastmon.tui``; importing this package has no side effects: patches
-go in only when :func:`install` is called.
+shared, dependency-free modules (``phases``, ``wire``, ``step_events``, ``sample_count``).
+Never textual, never anything from ``fastmon.tui``; importing this package has no side
+effects: patches go in only when :func:`install` is called.
 """
 
 from __future__ import annotations

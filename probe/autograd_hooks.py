@@ -16,6 +16,7 @@ from time import perf_counter_ns
 
 import torch
 
+from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import BACKWARD
@@ -45,7 +46,7 @@ class BackwardPart(Part):
         get_ident, main_thread = threading.get_ident, self.main_thread
 
         def backward(tensors, *args, **kwargs):
-            if part.depth or not part.on or get_ident() != main_thread:
+            if is_compiling() or part.depth or not part.on or get_ident() != main_thread:
                 return orig(tensors, *args, **kwargs)
             try:
                 started = part.before(tensors)
@@ -66,6 +67,17 @@ class BackwardPart(Part):
 
     def uninstall(self) -> None:
         self.disarm()
+
+    def on_compile_in_use(self) -> None:
+        """Dynamo would compile the wrapper as a frame of its own when a compiled function's
+        backward (always a graph break) calls it, with ``is_compiling()`` folded to True for
+        good: kept out of dynamo, it runs as in eager."""
+        armed = torch.autograd.backward is self.timed_backward
+        wrapped = self.timed_backward
+        self.timed_backward = torch.compiler.disable(wrapped)
+        self.timed_backward.__wrapped__ = self._orig
+        if armed:
+            self.arm()
 
     def arm(self) -> None:
         torch.autograd.backward = self.timed_backward

@@ -14,13 +14,24 @@ from __future__ import annotations
 import threading
 from time import perf_counter_ns
 
-from fastmon.step_events import (ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP_END, MEMORY, RESUMED, STEP_END,
-                                  UNTIMED_STEPS)
+from fastmon.step_events import (ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP_END, LOADER_READING, MEMORY,
+                                  RESUMED, STEP_END, UNTIMED_STEPS)
+from fastmon.sample_count import reading_base
+
+
+class NoIterator:
+    """Stands for the training loader's iterator until one is known: reads as -1."""
+
+    _num_yielded = -1
+
+
+NO_ITERATOR = NoIterator()
 
 
 class StepClock:
     __slots__ = ("put", "step", "loader_batches", "eval_took_batch", "loader_fed", "forwards", "backwards_since_step",
-                 "_memory", "timing", "ends", "short_until", "short_ref", "_ends_first", "_ends_lock")
+                 "_memory", "timing", "ends", "readings", "train_it", "reading_base", "short_until", "short_ref",
+                 "_ends_first", "_ends_lock")
 
     def __init__(self, put, memory=None) -> None:
         self.put = put  # appends one event, atomically: array('q').extend
@@ -39,6 +50,12 @@ class StepClock:
         # the cheapest record there is. They go in as one event when timing resumes, and
         # at each of the publisher's sends (so a killed trainer loses no more than ever).
         self.ends: list[int] = []
+        # Beside each end, how many batches the training loader's iterator had delivered
+        # (torch's own count, ``_num_yielded``), tagged with the loader and its epoch
+        # (``reading_base``): the monitor makes every step's samples of it, timed or not.
+        self.readings: list[int] = []
+        self.train_it = NO_ITERATOR
+        self.reading_base = 0
         # Untimed steps numbered below this end the short way (the optimizer post hook's few
         # lines); -1 while steps are timed or something is due. One int on the object the
         # hook touches anyway: each further object a per-step hook reads is a likely cache
@@ -75,11 +92,19 @@ class StepClock:
         """After a suspended stretch: that time belongs to no step."""
         self.put((RESUMED, perf_counter_ns()))
 
+    def training_iterator(self, it, loader_index: int, epoch: int) -> None:
+        """The training loader's live iterator, whose delivered batches each step end reads."""
+        self.train_it, self.reading_base = it, reading_base(loader_index, epoch)
+
+    def reading(self) -> int:
+        return self.reading_base + self.train_it._num_yielded
+
     def end_step(self, leaving: bool = False) -> int:
         """End a timed step; ``leaving``: closing the innermost phase (the optimizer's) too.
         Returns the step's end time."""
         if self._memory is not None:
             self.put((MEMORY, *self._memory()))
+        self.put((LOADER_READING, self.reading_base + self.train_it._num_yielded))
         now = perf_counter_ns()
         self.put((LEAVE_STEP_END if leaving else STEP_END, now, self.step))
         self.step += 1
@@ -96,9 +121,10 @@ class StepClock:
         """Log the untimed steps ended since the last flush. From the training thread, or the
         publisher's: the training thread only ever appends to ``ends`` meanwhile."""
         with self._ends_lock:
-            ends = self.ends
-            count = len(ends)
+            ends, readings = self.ends, self.readings
+            count = min(len(ends), len(readings))  # the training thread appends the end first
             if count:
-                self.put((UNTIMED_STEPS, self._ends_first, count, *ends[:count]))
+                self.put((UNTIMED_STEPS, self._ends_first, count, *ends[:count], *readings[:count]))
                 del ends[:count]
+                del readings[:count]
                 self._ends_first += count

@@ -27,6 +27,7 @@ from time import perf_counter_ns
 import torch
 import torch.multiprocessing
 
+from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 
@@ -66,7 +67,7 @@ class CodeChecksPart(Part):
         orig_tensor, orig_clip, orig_init = self._orig_tensor, self._orig_clip, self._orig_scheduler_init
 
         def tensor(data, *args, **kwargs):
-            if part.on and type(data).__module__ == "numpy" and threading.get_ident() == part.main_thread:
+            if not is_compiling() and part.on and type(data).__module__ == "numpy" and threading.get_ident() == part.main_thread:
                 try:
                     part.on_tensor_copy()
                 except Exception as exc:
@@ -74,7 +75,7 @@ class CodeChecksPart(Part):
             return orig_tensor(data, *args, **kwargs)
 
         def clip_grad_norm_(*args, **kwargs):
-            if part.on:
+            if not is_compiling() and part.on:
                 part.probe.fact("grad_clipping", {"used": True})
             return orig_clip(*args, **kwargs)
 

@@ -15,6 +15,7 @@ import threading
 
 import torch
 
+from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.step_events import H2D_COPY
@@ -52,7 +53,8 @@ class DevicePart(Part):
         setattr(owner, name, wrapper)
 
     def _active(self) -> bool:
-        return self.probe.clock.timing and self.on and threading.get_ident() == self.main_thread
+        return not (self.probe.forward_part.compile_in_use and is_compiling()) and self.probe.clock.timing \
+            and self.on and threading.get_ident() == self.main_thread
 
     def _tensor_sync(self, orig, name):
         part = self

@@ -16,21 +16,37 @@ def describe_model(module: torch.nn.Module) -> dict:
         wrapper, inner = "DataParallel", module.module
     elif isinstance(module, torch.nn.parallel.DistributedDataParallel):
         wrapper, inner = "DistributedDataParallel", module.module
-    kinds = {type(m).__name__ for m in inner.modules()}
+    modules = list(inner.modules())
     return {
         "class": type(inner).__name__,
         "wrapper": wrapper,
         "parameters": sum(p.numel() for p in params),
         "dtypes": sorted({str(p.dtype).replace("torch.", "") for p in params}),
         "devices": sorted({str(p.device) for p in params}),
-        "conv": any(k.startswith("Conv") for k in kinds),
-        "matmul": any(k in ("Linear", "Bilinear", "MultiheadAttention", "TransformerEncoderLayer",
-                            "TransformerDecoderLayer", "LSTM", "GRU") or k.startswith("Conv")
-                      for k in kinds),
+        # By type, not name: transformers' Conv1D (GPT-2) is a linear layer.
+        "conv": any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in modules),
+        "matmul": any(isinstance(m, MATMUL_LAYERS) or _is_hf_conv1d(m) for m in modules),
+        "sequence_first": sequence_first(modules),
         "conv_bias_before_bn": conv_bias_before_bn(inner),
         "channels_last": any(p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)
                              and not p.is_contiguous() for p in params),
     }
+
+
+MATMUL_LAYERS = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.MultiheadAttention, torch.nn.RNNBase,
+                 torch.nn.modules.conv._ConvNd)
+
+
+def _is_hf_conv1d(module) -> bool:
+    weight = getattr(module, "weight", None)
+    return type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.dim() == 2
+
+
+def sequence_first(modules) -> bool:
+    """The model's recurrent or attention layers take (time, batch, ...): its inputs' dim 0
+    is time, and the batch is dim 1 (pytorch/examples' word_language_model)."""
+    layers = [m for m in modules if isinstance(m, (torch.nn.RNNBase, torch.nn.MultiheadAttention))]
+    return bool(layers) and not any(getattr(m, "batch_first", False) for m in layers)
 
 
 def conv_bias_before_bn(module: torch.nn.Module) -> list[str]:
@@ -43,6 +59,25 @@ def conv_bias_before_bn(module: torch.nn.Module) -> list[str]:
                     and isinstance(nxt, torch.nn.modules.batchnorm._BatchNorm)):
                 found.append(f"{parent_name}.{name}" if parent_name else name)
     return found[:10]
+
+
+FRAMEWORKS = (  # by the file that calls optimizer.step(); the Trainer steps through accelerate, so first
+    ("transformers.Trainer", ("/transformers/trainer.py",)),
+    ("lightning", ("/lightning/pytorch/", "/pytorch_lightning/")),
+    ("accelerate", ("/accelerate/",)),
+)
+
+
+def framework(frame) -> dict:
+    """What trains: found in the frames that led to the optimizer step, from ``frame`` up."""
+    files = []
+    while frame is not None and len(files) < 200:
+        files.append(frame.f_code.co_filename.replace("\\", "/"))
+        frame = frame.f_back
+    for name, markers in FRAMEWORKS:
+        if any(marker in f for f in files for marker in markers):
+            return {"name": name}
+    return {"name": "plain"}
 
 
 def describe_optimizer(optimizer: torch.optim.Optimizer) -> dict:
@@ -59,10 +94,13 @@ def describe_loader(loader) -> dict:
         length = len(loader.dataset)
     except TypeError:
         length = None
+    batch_size, epoch_samples = batch_shape(loader)
     return {
         "num_workers": loader.num_workers,
         "pin_memory": bool(loader.pin_memory),
-        "batch_size": loader.batch_size,
+        # The batch sampler's where the loader has none of its own (the transformers Trainer's, accelerate's)
+        "batch_size": batch_size,
+        "epoch_samples": epoch_samples,
         "persistent_workers": bool(loader.persistent_workers),
         "prefetch_factor": loader.prefetch_factor,
         "dataset_len": length,
@@ -70,6 +108,28 @@ def describe_loader(loader) -> dict:
         "iterable": isinstance(loader.dataset, IterableDataset),
         "len": _safe_len(loader),
     }
+
+
+def batch_shape(loader) -> tuple[int | None, int | None]:
+    """(samples in a full batch, samples in an epoch): every batch is full but maybe the
+    last, so the first k batches hold min(k * batch_size, epoch_samples) samples."""
+    if loader.batch_size is not None:
+        batch_size, drop_last, sampler = loader.batch_size, loader.drop_last, loader.sampler
+    else:
+        batch_sampler = loader.batch_sampler
+        batch_size = getattr(batch_sampler, "batch_size", None)
+        drop_last = getattr(batch_sampler, "drop_last", None)
+        sampler = getattr(batch_sampler, "sampler", None)
+        if type(batch_sampler).__module__.startswith("accelerate") and getattr(batch_sampler, "batch_sampler", None):
+            inner = batch_sampler.batch_sampler  # BatchSamplerShard over one process: the plain one
+            sampler = getattr(inner, "sampler", None) if getattr(batch_sampler, "num_processes", 1) == 1 else None
+    if not isinstance(batch_size, int) or sampler is None or drop_last is None:
+        return batch_size if isinstance(batch_size, int) else None, None
+    try:
+        total = len(sampler)
+    except TypeError:
+        return batch_size, None
+    return batch_size, (total // batch_size) * batch_size if drop_last else total
 
 
 def _safe_len(loader):

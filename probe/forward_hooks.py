@@ -16,9 +16,12 @@ step starts timing at once, so a validation pass is seen in its step. The discov
 steps are all timed.
 
 A timed step with a backward but no top-level forward seen means a model the discovery did
-not meet (a new model, one compiled with ``torch.compile`` after the start): discovery
-runs again, at most every ``REDISCOVER_AFTER`` steps, twice as far apart each time it
-finds nothing new.
+not meet (a new model): discovery runs again, at most every ``REDISCOVER_AFTER`` steps,
+twice as far apart each time it finds nothing new.
+
+Dynamo guards on the global hook dicts: a model compiled while the discovery's hooks are
+in is compiled again when they go. So once ``torch.compile`` or ``Module.compile`` is
+called, the global hooks leave for good, and the module compiled is a root at once.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from torch.nn.modules import module as nn_module
 
 from fastmon.probe import facts
 from fastmon.probe.batch_change import remember_inputs
+from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import FORWARD
@@ -44,14 +48,14 @@ REDISCOVER_AFTER = 50
 AUTOCAST_CHECK_EVERY = 10  # steps between looks at the autocast state, until it is seen on
 
 
-def batch_size_of(obj) -> int:
-    """Samples in a batch: the first dimension of its first tensor."""
+def batch_size_of(obj, dim: int = 0) -> int:
+    """Samples in a batch: dimension ``dim`` (1 for a sequence-first model) of its first tensor."""
     kind = type(obj)
     if (kind is tuple or kind is list) and obj and type(first := obj[0]) is torch.Tensor:
-        return first.shape[0] if first.ndim else 1  # (inputs, targets): most batches
+        return first.shape[dim] if first.ndim > dim else 1  # (inputs, targets): most batches
     for _ in range(4):
         if isinstance(obj, torch.Tensor):
-            return int(obj.shape[0]) if obj.dim() else 1
+            return int(obj.shape[dim]) if obj.dim() > dim else 1
         if isinstance(obj, (list, tuple)) and obj:
             obj = obj[0]
         elif isinstance(obj, dict) and obj:
@@ -71,7 +75,10 @@ class ForwardPart(Part):
         self.main_thread = threading.main_thread().ident
         self.roots: "weakref.WeakValueDictionary[int, torch.nn.Module]" = weakref.WeakValueDictionary()
         self.root_has_params: dict[int, bool] = {}
+        self.sequence_first: set[int] = set()  # roots whose inputs are (time, batch, ...)
         self.handles: list = []
+        self.global_handles: list = []  # the discovery's global hooks, also in handles
+        self.compile_in_use = False  # torch.compile was called: no global hook again
         self.hooked: set[int] = set()  # roots timed by instance hooks instead
         # The roots timed through their call slot: what arm and disarm visit (a list, not the
         # WeakValueDictionary: its iteration alone is several µs cold). Weak references only:
@@ -86,9 +93,12 @@ class ForwardPart(Part):
         self.next_autocast_check = 0
         self.last_inputs = None
         self._orig_train = nn_module.Module.train
+        self._orig_compile = torch.compile
+        self._orig_module_compile = nn_module.Module.compile
 
     def install(self) -> None:
         self._install_train()
+        self._install_compile()
         if not self.discovering:  # reinstalled after a suspend: the roots are known
             self._time_roots()
             return
@@ -96,6 +106,7 @@ class ForwardPart(Part):
 
     def uninstall(self) -> None:
         nn_module.Module.train = self._orig_train
+        torch.compile, nn_module.Module.compile = self._orig_compile, self._orig_module_compile
         for handle in self.handles:
             handle.remove()
         self.handles = []
@@ -131,18 +142,75 @@ class ForwardPart(Part):
         get_ident, main_thread = threading.get_ident, self.main_thread
 
         def train(module, mode: bool = True):
-            if not mode and not part.probe.clock.timing and part.on and get_ident() == main_thread \
-                    and id(module) in part.roots:
+            if not mode and not (part.compile_in_use and is_compiling()) and not part.probe.clock.timing \
+                    and part.on and get_ident() == main_thread and id(module) in part.roots:
                 part.probe.time_from_here()
             return orig_train(module, mode)
 
         nn_module.Module.train = train
 
+    def _install_compile(self) -> None:
+        """``torch.compile(model)`` and ``model.compile()``: the module is a root before its
+        first call, and the discovery's global hooks leave before dynamo can guard on them."""
+        part, orig_compile, orig_module_compile = self, self._orig_compile, self._orig_module_compile
+
+        def compile(model=None, *args, **kwargs):
+            compiled = orig_compile(model, *args, **kwargs)
+            if not part.on:
+                return compiled
+            if isinstance(compiled, torch.nn.Module):
+                part.guarded(part.on_compiled, compiled)
+                return compiled
+            part.guarded(part.on_compiled, None)
+            if model is None or isinstance(getattr(model, "__self__", None), torch.nn.Module):
+                return compiled  # a decorator to come back through here; Module.compile's call
+            return part.probe.optimizer_part.wrap_compiled_function(compiled)
+
+        def module_compile(module, *args, **kwargs):
+            result = orig_module_compile(module, *args, **kwargs)
+            if part.on:
+                part.guarded(part.on_compiled, module)
+            return result
+
+        compile.__wrapped__ = orig_compile
+        compile.__doc__ = orig_compile.__doc__
+        module_compile.__wrapped__ = orig_module_compile
+        torch.compile, nn_module.Module.compile = compile, module_compile
+
+    def guarded(self, call, *args) -> None:
+        try:
+            call(*args)
+        except Exception as exc:
+            self.fail(exc)
+
+    def on_compiled(self, module) -> None:
+        if not self.compile_in_use:
+            self.compile_in_use = True
+            self.probe.event("compile_called", location=fmt(user_frame(3)))
+            for other in (self.probe.backward_part, self.probe.optimizer_part):
+                if other.on:
+                    try:
+                        other.on_compile_in_use()
+                    except Exception as exc:
+                        other.fail(exc)
+        if self.global_handles and self.depth == 0:
+            for handle in self.global_handles:
+                handle.remove()
+            self.handles = [h for h in self.handles if h not in self.global_handles]
+            self.global_handles = []
+            self.discovering = False
+            self._time_roots()
+        if module is not None and id(module) not in self.roots:
+            self._first_sight(module)
+            if not self.discovering:
+                self.timed_slots.append(weakref.ref(module))
+                self._wrap_call(module)
+
     def after_step(self, step: int) -> None:
         if self.discovering and step + 1 >= self.discovery_ends and self.depth == 0:
             for handle in self.handles:  # the global hooks (and instance hooks, put back below)
                 handle.remove()
-            self.handles = []
+            self.handles, self.global_handles = [], []
             self.discovering = False
             if len(self.roots) == self.roots_before:
                 self.rediscover_wait *= 2
@@ -151,7 +219,7 @@ class ForwardPart(Part):
     def forward_missed(self, step: int) -> bool:
         """A training step went by without a top-level forward that the probe saw;
         True when that starts a discovery."""
-        if self.discovering or step < self.rediscover_at:
+        if self.discovering or self.compile_in_use or step < self.rediscover_at:
             return False
         self.rediscover_at = step + self.rediscover_wait
         self.roots_before = len(self.roots)
@@ -164,10 +232,14 @@ class ForwardPart(Part):
         # torch warns that these global hooks fire for an OptimizedModule too: the
         # discovery counts depth, so they do no harm, and the user did not add them.
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
-        self.handles += [
+        if self.compile_in_use:
+            self.discovering = False
+            return
+        self.global_handles = [
             nn_module.register_module_forward_pre_hook(self._pre),
             nn_module.register_module_forward_hook(self._post, always_call=True),
         ]
+        self.handles += self.global_handles
 
     def _time_roots(self) -> None:
         roots = list(self.roots.values())
@@ -201,7 +273,9 @@ class ForwardPart(Part):
         get_ident, main_thread = threading.get_ident, self.main_thread
 
         def timed_call(*args, **kwargs):
-            if not clock.timing or part.depth or not part.on or get_ident() != main_thread:
+            # compile_in_use first: an attribute read, where the call costs ~80 ns a forward
+            if (part.compile_in_use and is_compiling()) or not clock.timing or part.depth or not part.on \
+                    or get_ident() != main_thread:
                 return inner(*args, **kwargs)
             try:
                 part.on_root_forward(module, args)
@@ -227,7 +301,7 @@ class ForwardPart(Part):
 
     # --- discovery hooks, and instance hooks where the call slot is not ours ----------
     def _pre(self, module, args):
-        if not self.probe.clock.timing or not self.on or threading.get_ident() != self.main_thread:
+        if is_compiling() or not self.probe.clock.timing or not self.on or threading.get_ident() != self.main_thread:
             return None
         self.depth += 1
         if self.depth != 1:
@@ -240,7 +314,7 @@ class ForwardPart(Part):
         return None
 
     def _post(self, module, args, output):
-        if not self.on or threading.get_ident() != self.main_thread or self.depth == 0:
+        if is_compiling() or not self.on or threading.get_ident() != self.main_thread or self.depth == 0:
             return None
         self.depth -= 1
         if self.depth == 0:
@@ -262,11 +336,12 @@ class ForwardPart(Part):
                 probe.end_step()
             if clock.loader_batches:
                 clock.loader_fed = True
+                probe.loader_part.fed_training()
             elif not clock.loader_fed or clock.eval_took_batch:
                 if clock.forwards == 0:
                     clock.reclassify_gap_as_data_wait()
                 if has_params and args:
-                    clock.put((SAMPLES, batch_size_of(args[0])))
+                    clock.put((SAMPLES, batch_size_of(args[0], 1 if id(module) in self.sequence_first else 0)))
             if has_params and self.cuda:  # for a batch-size trial between steps (batch_change.check_fits)
                 self.last_inputs = (weakref.ref(module), remember_inputs(args))
             if clock.step >= self.next_autocast_check and clock.forwards == 0:
@@ -285,6 +360,7 @@ class ForwardPart(Part):
             # DataLoader: the monitor, like this, lets an eval-mode forward's batch go.
             if clock.loader_batches:
                 clock.loader_batches, clock.eval_took_batch = 0, True
+                probe.loader_part.fed_eval()
         clock.put((code, perf_counter_ns()))
         if self.cuda:
             probe.cuda_mark("forward_start")
@@ -301,7 +377,10 @@ class ForwardPart(Part):
         self.root_has_params[key] = has_params = any(True for _ in module.parameters())
         probe = self.probe
         if has_params:
-            probe.fact(f"model.{type(module).__name__}", facts.describe_model(module))
+            described = facts.describe_model(module)
+            if described["sequence_first"]:
+                self.sequence_first.add(key)
+            probe.fact(f"model.{type(module).__name__}", described)
         if probe.dist_part is not None and isinstance(module, torch.nn.parallel.DistributedDataParallel):
             probe.dist_part.watch_ddp(module)
             probe.ddp_watch = probe.dist_part

@@ -30,6 +30,7 @@ import warnings
 import weakref
 from time import perf_counter, perf_counter_ns
 
+import torch
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as dl
 
@@ -55,6 +56,10 @@ class LoaderState:
         # as (step that waited, seconds in iter() and in the first __next__))
         self.epoch: tuple[int, float | None, tuple] = (0, None, ())
         self.reported: tuple | None = None  # (description, epoch) as the last fact had them
+        self.index = int(loader_id[1:])
+        # "train": a training forward took its batch; "eval": iterated with autograd off, or
+        # an eval forward took its batch. Only the training loader's batches are samples.
+        self.role: str | None = None
 
 
 class IterTags:
@@ -79,7 +84,8 @@ class Rebuilt:
     """Serves the rest of an epoch after a rebuild: first the batches already in flight
     in the replaced iterators, then the new loader's."""
 
-    def __init__(self, draining: list, new_iter, new_loader, orig_next) -> None:
+    def __init__(self, owner, draining: list, new_iter, new_loader, orig_next) -> None:
+        self.owner = owner  # the iterator the script holds: its count of batches delivered goes on
         self.draining = draining
         self.new_iter = new_iter
         self.new_loader = new_loader
@@ -89,7 +95,10 @@ class Rebuilt:
         while self.draining:
             old = self.draining[0]
             try:
-                return self._orig_next(old)
+                batch = self._orig_next(old)
+                if old is not self.owner:
+                    self.owner._num_yielded += 1
+                return batch
             except StopIteration:
                 self.draining.pop(0)
                 shutdown = getattr(old, "_shutdown_workers", None)
@@ -97,7 +106,9 @@ class Rebuilt:
                     shutdown()
         if self.new_iter is None:
             raise StopIteration
-        return self._orig_next(self.new_iter)
+        batch = self._orig_next(self.new_iter)
+        self.owner._num_yielded += 1
+        return batch
 
 
 class LoaderPart(Part):
@@ -222,6 +233,10 @@ class LoaderPart(Part):
         seconds = perf_counter() - started
         state.epoch = (state.epoch[0] + 1, seconds, state.epoch[2])
         state.live = weakref.ref(it)
+        if state.role is None and not torch.is_grad_enabled():
+            state.role = "eval"  # a validation loop under no_grad or inference_mode
+        if state is self.train_loader:
+            self.probe.clock.training_iterator(it, state.index, state.epoch[0])
         tags = IterTags(state)
         setattr(it, TAGS, tags)
         if starts_workers:
@@ -254,6 +269,7 @@ class LoaderPart(Part):
         three attribute writes, not a fact; and from a settings change, at once."""
         try:
             with self._report_lock:
+                self.probe.fact("dataloader.worker_pids", self.worker_pids())
                 for state in list(self.loaders.values()):
                     # Both are replaced, never changed in place: identity is the cheap test,
                     # in a round that runs cold once a second.
@@ -268,9 +284,43 @@ class LoaderPart(Part):
         except Exception as exc:
             self.fail(exc)
 
+    def worker_pids(self) -> list[int]:
+        """The pids of the workers of every live iterator (and of those a rebuild drains):
+        the monitor names these, and only these, DataLoader workers."""
+        pids = set()
+        for state in list(self.loaders.values()):
+            live = state.live() if state.live is not None else None
+            tags = getattr(live, TAGS, None)
+            iterators = [live]
+            if tags is not None and tags.source is not None:
+                iterators += [*tags.source.draining, tags.source.new_iter]
+            for it in iterators:
+                for worker in getattr(it, "_workers", None) or ():
+                    if worker.pid is not None:
+                        pids.add(worker.pid)
+        return sorted(pids)
+
     # --- hot-apply ------------------------------------------------------------------
     def training_loader(self) -> LoaderState | None:
         return self.train_loader or self.last_loader
+
+    def fed_training(self) -> None:
+        """A training forward took the batches of this step: their loader is the training's."""
+        state = self.last_loader
+        if state is not None and state is not self.train_loader:
+            self.set_training(state)
+
+    def fed_eval(self) -> None:
+        state = self.last_loader
+        if state is not None and state.role is None:
+            state.role = "eval"
+
+    def set_training(self, state: LoaderState) -> None:
+        state.role = "train"
+        self.train_loader = state
+        live = state.live() if state.live is not None else None
+        if live is not None:
+            self.probe.clock.training_iterator(live, state.index, state.epoch[0])
 
     def schedule(self, params: dict, ack) -> None:
         """Apply loader settings: for later epochs at once, for the live epoch at the
@@ -306,7 +356,7 @@ class LoaderPart(Part):
             remaining = regroup(remaining, loader.batch_size)
         new_loader = loader_over(loader, remaining) if remaining else None
         new_iter = self._orig_iter(new_loader) if new_loader is not None else None
-        tags.source = Rebuilt(draining, new_iter, new_loader, self._orig_next)
+        tags.source = Rebuilt(it, draining, new_iter, new_loader, self._orig_next)
         self.rebuilt = True
 
 

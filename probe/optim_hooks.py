@@ -13,6 +13,8 @@ training forward or backward starts after a backward.
 
 from __future__ import annotations
 
+import functools
+import sys
 import threading
 import weakref
 from time import perf_counter_ns
@@ -21,6 +23,7 @@ import torch
 import torch.optim.optimizer as optim_module
 
 from fastmon.probe import facts
+from fastmon.probe.compiling import STEPPED_IN_GRAPH, is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import OPTIMIZER
@@ -41,6 +44,8 @@ class OptimizerPart(Part):
         self.force_set_to_none = False
         self.zero_grad_reported = False
         self.nested = False  # an optimizer's step ran inside another's (ZeroRedundancyOptimizer)
+        self.steps_in_graph = False  # optimizer.step() runs inside a compiled function
+        self.compile_in_use = False  # torch.compile was called: optimizers keep their plain zero_grad
         self.pre_handle = self.post_handle = None
         self.pre_hooks = optim_module._global_optimizer_pre_hooks  # ours goes in and out by its handle's id
         self._orig_init = torch.optim.Optimizer.__init__
@@ -59,23 +64,31 @@ class OptimizerPart(Part):
         torch.optim.Optimizer.__init__ = __init__
         self._install_zero_grad()
         clock = self.probe.clock
-        keep_end = clock.ends.append
+        keep_end, keep_reading = clock.ends.append, clock.readings.append
 
         def post(optimizer, args, kwargs):
             # At every step of the run: the untimed step's end is kept to these few lines.
             step = clock.step
             if step < clock.short_until and optimizer.__weakref__ is clock.short_ref:
                 keep_end(perf_counter_ns())
+                keep_reading(clock.reading_base + clock.train_it._num_yielded)
                 clock.step = step + 1
             else:
                 part.post(optimizer)
 
+        def compile_safe_post(optimizer, args, kwargs):
+            if is_compiling():  # a step inside a compiled function: its eager wrapper ends it
+                STEPPED_IN_GRAPH.optimizer = optimizer
+                return
+            post(optimizer, args, kwargs)
+
+        self.compile_safe_post = compile_safe_post
         self.post_handle = optim_module.register_optimizer_step_post_hook(post)
         if self._scaler_cls is not None:
             orig_update = self._orig_update
 
             def update(scaler, *args, **kwargs):
-                if part.on and threading.get_ident() == part.main_thread:
+                if not is_compiling() and part.on and threading.get_ident() == part.main_thread:
                     try:
                         part.on_scaler_update()
                     except Exception as exc:
@@ -106,13 +119,16 @@ class OptimizerPart(Part):
             self.pre_handle = optim_module.register_optimizer_step_pre_hook(self._pre)
         else:  # cheaper than a new handle at every timed step
             self.pre_hooks[self.pre_handle.id] = self._pre
-        self._set_zero_grads(True)
+        if not self.compile_in_use:
+            self._set_zero_grads(True)
 
     def disarm(self) -> None:
-        if not self.nested and self.pre_handle is not None:  # nested steps need the depth count at every step
+        # Nested steps need the depth count at every step; and dynamo guards on the hook
+        # dict and on each optimizer's zero_grad: a compiled step would recompile at each swap.
+        if not self.nested and not self.steps_in_graph and self.pre_handle is not None:
             self.pre_hooks.pop(self.pre_handle.id, None)
             self.fast = self.on
-        if not self.force_set_to_none:
+        if not self.force_set_to_none and not self.compile_in_use:
             self._set_zero_grads(False)
 
     def _remove_pre_hook(self) -> None:
@@ -128,7 +144,7 @@ class OptimizerPart(Part):
         orig_module_zero = self._orig_module_zero_grad
 
         def module_zero_grad(module, set_to_none: bool = True):
-            if not set_to_none and part.on:
+            if not set_to_none and not is_compiling() and part.on:
                 set_to_none = part.check_set_to_none(set_to_none)
             return orig_module_zero(module, set_to_none)
 
@@ -146,16 +162,34 @@ class OptimizerPart(Part):
         plain = optimizer.zero_grad
 
         def zero_grad(set_to_none: bool = True):
-            if not set_to_none and part.on:
+            if not set_to_none and not is_compiling() and part.on:
                 set_to_none = part.check_set_to_none(set_to_none)
             return plain(set_to_none)
 
         optimizer._fastmon_zero_grad = (zero_grad, plain)
-        optimizer.zero_grad = zero_grad
+        if not self.compile_in_use or self.force_set_to_none:
+            optimizer.zero_grad = zero_grad
+
+    def on_compile_in_use(self) -> None:
+        """Dynamo guards on each optimizer's ``zero_grad`` and traces our wrapper: compiled
+        steps keep the plain method (``set_to_none=False`` goes unreported there). The
+        post hook becomes the one that asks ``is_compiling()`` first."""
+        self.compile_in_use = True
+        if not self.force_set_to_none:
+            self._set_zero_grads(False)
+        # Its check costs ~80 ns a step, so it goes in only now: before any compiled call.
+        if self.post_handle is not None:
+            optim_module._global_optimizer_post_hooks[self.post_handle.id] = self.compile_safe_post
 
     def _set_zero_grads(self, wrapped: bool) -> None:
         for optimizer in self.optimizers():
-            optimizer.zero_grad = optimizer._fastmon_zero_grad[0 if wrapped else 1]
+            if wrapped or not self.compile_in_use:
+                optimizer.zero_grad = optimizer._fastmon_zero_grad[0 if wrapped else 1]
+            else:
+                try:  # the class's method again (never through __dict__: that builds the instance's dict)
+                    del optimizer.zero_grad
+                except AttributeError:
+                    pass
 
     def optimizers(self) -> list:
         return [opt for opt in (ref() for ref in self.seen) if opt is not None]
@@ -167,7 +201,7 @@ class OptimizerPart(Part):
         return True if self.force_set_to_none else set_to_none
 
     def _pre(self, optimizer, args, kwargs):
-        if not self.on or threading.get_ident() != self.main_thread:
+        if is_compiling() or not self.on or threading.get_ident() != self.main_thread:
             return None
         self.depth += 1
         if self.depth > 1:
@@ -180,15 +214,21 @@ class OptimizerPart(Part):
                 self.fail(exc)
         return None
 
-    def on_step_begin(self, optimizer) -> None:
+    def on_step_begin(self, optimizer, enter: bool = True) -> None:
         if not any(ref() is optimizer for ref in self.seen):
             self.seen.append(weakref.ref(optimizer))
             self._watch_zero_grad(optimizer)
             if not self.created:
                 self.created = 1
-            self.probe.fact(f"optimizer.{type(optimizer).__name__}", facts.describe_optimizer(optimizer))
-        clock = self.probe.clock
-        clock.put((ENTER + OPTIMIZER, perf_counter_ns()))
+            name = type(optimizer).__name__
+            same_class = sum(1 for ref in self.seen if type(ref()).__name__ == name)
+            # dcgan's two Adams are two facts
+            self.probe.fact(f"optimizer.{name}" + (f".{same_class}" if same_class > 1 else ""),
+                            facts.describe_optimizer(optimizer))
+            if len(self.seen) == 1:
+                self.probe.fact("framework", facts.framework(sys._getframe(1)))
+        if enter:
+            self.probe.clock.put((ENTER + OPTIMIZER, perf_counter_ns()))
         self.probe.checks_part.grad_norm_if_due(optimizer)
 
     def post(self, optimizer) -> None:
@@ -196,6 +236,11 @@ class OptimizerPart(Part):
         if not self.on or threading.get_ident() != self.main_thread:
             return
         try:
+            if STEPPED_IN_GRAPH.optimizer is optimizer:  # from a compiled function's wrapper
+                STEPPED_IN_GRAPH.optimizer = None
+                self.steps_in_graph = True
+                if self.probe.clock.timing:
+                    self.on_step_begin(optimizer, enter=False)
             leaving = self.depth > 0  # the pre hook opened the optimizer phase
             if leaving:
                 self.depth -= 1
@@ -207,6 +252,21 @@ class OptimizerPart(Part):
                 self.probe.end_untimed_step(optimizer)
         except Exception as exc:
             self.fail(exc)
+
+    def wrap_compiled_function(self, compiled):
+        """A compiled function may hold ``optimizer.step()``, whose post hook dynamo traced:
+        the step ends when the function returns, here, outside the graph."""
+        post, stepped = self.post, STEPPED_IN_GRAPH
+
+        @functools.wraps(compiled)
+        def compiled_call(*args, **kwargs):
+            out = compiled(*args, **kwargs)
+            optimizer = stepped.optimizer
+            if optimizer is not None:
+                post(optimizer)
+            return out
+
+        return compiled_call
 
     def on_scaler_update(self) -> None:
         clock = self.probe.clock

@@ -111,21 +111,21 @@ class Publisher:
 
     def flush(self, final: dict | None = None) -> None:
         events, messages = self._drain()
-        if final is not None:
-            messages.append(dict(final, dropped=self.dropped))
-        if not events and not messages:
+        ending = [dict(final, dropped=self.dropped)] if final is not None else []
+        if not events and not messages and not ending:
             self._send_pending()
             return
         if self._sock is None:
-            self._drop(events, messages)
+            self._drop(events, messages + ending)
             return
         if self._pending:
             # The monitor is behind: never queue unboundedly, drop this batch.
             self._send_pending()
             if self._pending:
-                self._drop(events, messages)
+                self._drop(events, messages + ending)
                 return
-        self._pending = events + b"".join([wire.encode(m) for m in messages])
+        # The facts first: the steps' samples are read with the loaders' (fastmon.sample_count).
+        self._pending = b"".join([wire.encode(m) for m in messages]) + events + b"".join(map(wire.encode, ending))
         self._send_pending()
 
     def _send_pending(self) -> None:

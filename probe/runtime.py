@@ -15,6 +15,7 @@ from fastmon.probe import facts
 from fastmon.probe.autograd_hooks import BackwardPart
 from fastmon.probe.clock import StepClock
 from fastmon.probe.code_checks import CodeChecksPart
+from fastmon.probe.compiling import CompileWatch
 from fastmon.probe.forward_hooks import ForwardPart
 from fastmon.probe.guard import Part, describe
 from fastmon.probe.hotapply import HotApply
@@ -67,6 +68,7 @@ class Probe:
             self.device_part = DevicePart(self)
             self.parts.append(self.device_part)
         self.hot = HotApply(self)
+        self.compile_watch = CompileWatch(self)
         self.profile = ProfileCapture(self)
         # What arm/disarm visit; the collectives only once torch.distributed is initialized
         # (seen at the settings poll): no collective can run before.
@@ -74,8 +76,10 @@ class Probe:
 
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
-        self.message({"t": "hello", "pid": os.getpid(), "rank": self.rank, "local_rank": self.local_rank,
-                      "world_size": self.world_size, "argv": list(sys.argv),
+        # The run's secret, for the monitor only: out of the environment the script and its children see
+        secret = os.environ.pop("FASTMON_SECRET", "")
+        self.message({"t": "hello", "secret": secret, "pid": os.getpid(), "rank": self.rank,
+                      "local_rank": self.local_rank, "world_size": self.world_size, "argv": list(sys.argv),
                       "connected": self.publisher.connected})
         self.fact("environment", facts.environment())
         self.fact("settings", facts.settings())
@@ -100,6 +104,9 @@ class Probe:
     def close(self) -> None:
         if self.in_fork_child:
             return
+        clock = self.clock
+        if not self.optimizer_part.created and clock.backwards_since_step and clock.timing and self.backward_part.on:
+            self.end_step()  # without an optimizer a step ends when the next begins: the last, here
         self._all_off()
         try:
             self.profile.close()
@@ -109,6 +116,11 @@ class Probe:
             self._say_timing(final=True)
         except Exception as exc:
             self.report_fault("sampling", exc)
+        try:
+            if self.forward_part.compile_in_use:
+                self.compile_watch.at_round(self.clock.step)
+        except Exception as exc:
+            self.report_fault("compile", exc)
         self.publisher.close(final={"t": "bye", "steps": self.clock.step})
 
     def suspend(self) -> None:
@@ -179,6 +191,8 @@ class Probe:
         self.clock.flush_untimed()
         self.loader_part.report()
         self._say_timing()
+        if self.forward_part.compile_in_use:
+            self.compile_watch.at_round(self.clock.step)
 
     def _say_timing(self, final: bool = False) -> None:
         timing = self.schedule.news(final)
@@ -216,11 +230,13 @@ class Probe:
             if not clock.forwards and clock.backwards_since_step and self.forward_part.forward_missed(clock.step):
                 self.next_housekeeping = -1  # the discovery's end is housekeeping
             now = clock.end_step(leaving)
+            if self.forward_part.compile_in_use:
+                self.compile_watch.at_step_end(clock.step - 1)
             if self.clock.step > self.next_housekeeping:
                 self._housekeeping(self.clock.step - 1)
             loader = self.loader_part.last_loader
-            if loader is not None:
-                self.loader_part.train_loader = loader
+            if loader is not None and self.loader_part.train_loader is None and loader.role != "eval":
+                self.loader_part.set_training(loader)  # no training forward seen (a compiled step)
             if self.events is not None:
                 for row in self.events.end_step(self.clock.step - 1):
                     self.message(dict(row, t="device", rank=self.rank))
@@ -251,6 +267,7 @@ class Probe:
                 self.arm()  # the step after a change is timed too: it shows what the change did
             end = perf_counter_ns()
             clock.ends.append(end)
+            clock.readings.append(clock.reading())
             clock.step += 1
             if resume_timing:
                 clock.flush_untimed()

@@ -141,6 +141,11 @@ CASES = {
     "channels_last": (
         (rows(), facts(GPU_ENV, [CONV_GPU])),
         (rows(), facts(GPU_ENV, [dict(CONV_GPU, channels_last=True)]))),
+    "compile_recompiles": (
+        (rows(), facts(compile={"graphs": 9, "graph_breaks": 0, "recompiles": 8,
+                                "recompile_reasons": ["tensor 'x' size mismatch at index 0. expected 32, actual 17"]},
+                       events=[{"kind": "compile_called", "location": "train.py:30"}])),
+        (rows(), facts(compile={"graphs": 1, "graph_breaks": 0, "recompiles": 0, "recompile_reasons": []}))),
 }
 
 
@@ -235,3 +240,22 @@ def test_a_window_of_sampled_steps_reads_like_one_of_all_steps():
         assert part.phase_median[phase] == pytest.approx(full.phase_median[phase])
     assert part.sync_calls_per_step == pytest.approx(2)
     assert fired(sampled, facts(loader=LOADER)).keys() == fired(every, facts(loader=LOADER)).keys()
+
+
+def test_a_compiled_model_is_not_told_to_compile():
+    compiled = {"graphs": 1, "graph_breaks": 0, "recompiles": 0}
+    assert "torch_compile" not in fired(rows(), facts(GPU_ENV, [MLP_GPU], compile=compiled,
+                                                      **{"device.busy_fraction": 0.2}))
+
+
+def test_fixes_name_the_knob_of_the_framework_in_use():
+    trainer = {"name": "transformers.Trainer"}
+    # the Trainer's loader has no batch_size of its own (a batch sampler): the steps say 32
+    advice = fired(rows(n=40), facts(GPU_ENV, [MLP_GPU], dict(LOADER, batch_size=None), [SGD], gpu=GPU_IDLE,
+                                     framework=trainer))
+    assert "per_device_train_batch_size=64" in advice["batch_size"].fix
+    assert "None" not in advice["batch_size"].evidence + advice["batch_size"].fix
+    advice = fired(rows(ms=STARVED), facts(loader=LOADER, framework=trainer))
+    assert advice["dataloader.num_workers"].fix.startswith("TrainingArguments(..., dataloader_num_workers=")
+    advice = fired(rows(ms=STARVED), facts(loader=LOADER, framework={"name": "lightning"}))
+    assert "DataLoader(..., num_workers=N) in train_dataloader()" in advice["dataloader.num_workers"].fix

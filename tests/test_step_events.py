@@ -69,7 +69,7 @@ def test_a_validation_pass_between_steps_is_not_the_training_samples():
 
 def test_untimed_steps_between_timed_ones_get_their_wall_time_and_no_phases():
     # steps 0 and 4 timed; 1..3 untimed, ending 10, 25 and 32 ms after step 0's end
-    events = one_step(0, 0) + [(UNTIMED_STEPS, 1, 3, 23 * MS, 38 * MS, 45 * MS)] + one_step(45, 4, samples=16)
+    events = one_step(0, 0) + [(UNTIMED_STEPS, 1, 3, 23 * MS, 38 * MS, 45 * MS, -1, -1, -1)] + one_step(45, 4, samples=16)
     whole = log(*events)
     rows = as_dicts(StepAssembler(0).feed(whole, perf0=0, wall0=0.0))
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
@@ -94,7 +94,7 @@ def test_a_gans_untimed_steps_are_given_the_samples_of_their_kind():
                         (LEAVE_STEP_END, t + 2 * MS, step)]
 
     timed_first = [event for step in range(20) for event in gan_step(step)]
-    untimed = [(UNTIMED_STEPS, 20, 5, *(2 * MS * (step + 1) for step in range(20, 25)))]
+    untimed = [(UNTIMED_STEPS, 20, 5, *(2 * MS * (step + 1) for step in range(20, 25)), *[-1] * 5)]  # no loader read
     rows = as_dicts(StepAssembler(0).feed(log(*timed_first, *untimed), perf0=0, wall0=0.0))
     assert [r["samples"] for r in rows[20:]] == [16, 0, 16, 0, 16]
 

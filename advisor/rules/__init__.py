@@ -6,6 +6,7 @@ from fastmon.advisor.rules import (
     autograd_detect_anomaly,
     batch_size,
     channels_last,
+    compile_recompiles,
     conv_bias_before_bn,
     cudnn_benchmark,
     dataloader_num_workers,
@@ -33,4 +34,5 @@ RULES = (
     cudnn_benchmark, zero_grad_set_to_none, autograd_detect_anomaly, profiler_left_on, sync_per_step,
     retained_graph, validation_no_grad, conv_bias_before_bn, tensor_copy, dataparallel, multi_gpu_unused,
     memory_pressure, optimizer_fused, optimizer_adamw, lr_schedule, grad_clipping, torch_compile, channels_last,
+    compile_recompiles,
 )

@@ -11,6 +11,7 @@ first, so an out-of-memory never reaches the training loop) only on the user's a
 ``a`` in the dashboard, or ``--allow-batch-change`` with ``--apply auto``.
 """
 
+from fastmon.advisor.knobs import batch_setting
 from fastmon.advisor.types import HOT_APPLY, Advice, Apply
 
 ID = "batch_size"
@@ -32,17 +33,18 @@ def check(window, facts):
     if memory_fraction > MAX_MEMORY_FRACTION:
         return None
     loader = facts.training_loader() or {}
-    batch = loader.get("batch_size")
+    # The loader's, or what the steps took (a batch sampler of its own, batches from a function)
+    batch = loader.get("batch_size") or (round(window.samples / window.steps) if window.steps else None)
     optimizer = (facts.optimizers or [{}])[0].get("class", "")
     rule = "sqrt" if "Adam" in optimizer else "linear"
     lr_scale = round(BATCH_FACTOR ** 0.5, 4) if rule == "sqrt" else float(BATCH_FACTOR)
     return Advice(
         ID, "Use a larger batch: the GPU is mostly idle",
-        f"GPU utilization {util:.0f}%, peak memory {memory_fraction:.0%} of {total / 2**30:.0f} GiB, "
-        f"batch {batch}",
+        f"GPU utilization {util:.0f}%, peak memory {memory_fraction:.0%} of {total / 2**30:.0f} GiB"
+        + (f", batch {batch}" if batch else ""),
         None, HOT_APPLY,
-        fix=f"DataLoader(..., batch_size={batch * BATCH_FACTOR if batch else 'x2'}) and the LR x{lr_scale:g} "
-            f"({rule} rule), schedulers' base_lrs too",
+        fix=f"{batch_setting(facts, batch, BATCH_FACTOR)} and the LR x{lr_scale:g} ({rule} rule), schedulers' "
+            f"base_lrs too",
         why="per-step overhead is paid per batch: a larger batch spreads it over more samples",
         location=loader.get("location"), confidence="medium",
         apply=Apply("batch_size", {"factor": BATCH_FACTOR, "lr_scale": lr_scale}, changes_maths=True),

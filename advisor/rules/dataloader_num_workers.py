@@ -13,6 +13,7 @@ keeping the best) because loading is often I/O- or sleep-bound and scales past t
 core count; make the winner permanent with ``DataLoader(..., num_workers=N)``.
 """
 
+from fastmon.advisor.knobs import loader_setting
 from fastmon.advisor.rules.dataloader_persistent_workers import MIN_STARTUP_S, restart_stall, startups
 from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, Advice, Apply, amdahl
 
@@ -59,13 +60,13 @@ def check(window, facts):
         evidence += f", leaving out {startup:.1f} s of workers starting up"
     if loader.get("iterable"):
         return Advice(ID, "Give the DataLoader worker processes", evidence, round(amdahl(share), 2), CODE_CHANGE,
-                      fix=f"DataLoader(..., num_workers={candidates[0]}) — an IterableDataset must shard "
+                      fix=f"{loader_setting(facts, num_workers=candidates[0])} — an IterableDataset must shard "
                           "itself across workers (torch.utils.data.get_worker_info()), so fastmon does not "
                           "change it live",
                       location=loader.get("location"))
     return Advice(
         ID, "Load data in parallel: more DataLoader workers", evidence, round(amdahl(share), 2), HOT_APPLY,
-        fix=f"DataLoader(..., num_workers=N) — fastmon tries N in {list(candidates)} and keeps the fastest",
+        fix=f"{loader_setting(facts, num_workers='N')} — fastmon tries N in {list(candidates)} and keeps the fastest",
         why="the step waits for batches that workers could prepare during the previous step",
         location=loader.get("location"),
         apply=Apply("loader", {"num_workers": candidates[0]},

@@ -11,6 +11,7 @@ How to fix: ``DataLoader(..., persistent_workers=True)``; fastmon applies it for
 epoch.
 """
 
+from fastmon.advisor.knobs import loader_setting
 from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
 
 ID = "dataloader.persistent_workers"
@@ -53,7 +54,7 @@ def check(window, facts):
         f"each epoch waits {startup:.2f} s in iter() and for its first batch while "
         f"{loader['num_workers']} workers start again ({fraction:.0%} of an epoch)",
         round(amdahl(fraction), 2), HOT_APPLY,
-        fix="DataLoader(..., persistent_workers=True)",
+        fix=loader_setting(facts, persistent_workers=True),
         why="workers are started and the dataset re-initialised in them at every epoch",
         location=loader.get("location"), apply=Apply("loader", {"persistent_workers": True}),
     )

@@ -8,6 +8,7 @@ How to fix: ``DataLoader(..., pin_memory=True)`` and ``x.to(device, non_blocking
 fastmon turns pinning on live; the non_blocking part is a code change.
 """
 
+from fastmon.advisor.knobs import loader_setting
 from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
 
 ID = "dataloader.pin_memory"
@@ -28,7 +29,7 @@ def check(window, facts):
         f"h2d is {share:.0%} of step time; {window.pageable_fraction:.0%} of {mb_per_step:.1f} MiB/step "
         "copied from pageable memory",
         round(amdahl(share, 2.0), 2), HOT_APPLY,
-        fix="DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True)",
+        fix=f"{loader_setting(facts, pin_memory=True)} and batch.to(device, non_blocking=True)",
         why="pageable copies are staged and block the host; pinned copies are DMA and can overlap compute",
         location=loader.get("location"), apply=Apply("loader", {"pin_memory": True}),
     )

@@ -16,8 +16,8 @@ MAX_DATA_WAIT_SHARE = 0.2
 
 def check(window, facts):
     busy = facts.values.get("device.busy_fraction")
-    if not facts.accelerator or busy is None or busy > MAX_DEVICE_BUSY:
-        return None
+    if not facts.accelerator or busy is None or busy > MAX_DEVICE_BUSY or facts.values.get("compile"):
+        return None  # ... or compiled already
     if window.share("data_wait") > MAX_DATA_WAIT_SHARE:
         return None
     idle = 1.0 - busy

@@ -1,0 +1,71 @@
+"""What a step's samples are: the rule, in one place.
+
+A step's samples are what the training loader delivered during it. The probe reads, at
+every step's end (timed or not), how many batches the training loader's live iterator has
+delivered: torch's own count, ``_num_yielded``, tagged with the loader and its epoch. The
+loader's fact says its batch size and the samples in an epoch, so the first k batches of
+an epoch hold min(k x batch size, epoch samples). A step's samples are the difference
+between its reading and the one before: exact at every step, whether a loader fetches a
+batch ahead (accelerate, timm) or not, and a validation loader is never the training's
+(its iterator is not read). The training loader is the one whose batch a training forward
+took; one iterated with autograd off (``no_grad``, ``inference_mode``) never is.
+
+Where the readings cannot tell (no training loader known yet, an IterableDataset, a batch
+sampler of unknown sizes, batches from a function), the event log's own count stands
+(``fastmon.step_events``: the batch a training forward takes), with the untimed steps'
+taken from their timed neighbours (``fastmon.untimed_samples``). Imports nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+BATCH_BITS, EPOCH_BITS = 24, 16
+
+# (loader index, batches delivered) -> samples in those first batches of an epoch, or None
+SamplesOf = Callable[[int, int], "int | None"]
+
+
+def reading_base(loader_index: int, epoch: int) -> int:
+    return ((loader_index << EPOCH_BITS) | (epoch & ((1 << EPOCH_BITS) - 1))) << BATCH_BITS
+
+
+def split_reading(reading: int) -> tuple[int, int, int]:
+    """(loader index, epoch, batches delivered in that epoch)."""
+    return (reading >> (BATCH_BITS + EPOCH_BITS), (reading >> BATCH_BITS) & ((1 << EPOCH_BITS) - 1),
+            reading & ((1 << BATCH_BITS) - 1))
+
+
+def samples_in_first(batches: int, batch_size: int | None, epoch_samples: int | None) -> int | None:
+    if not batch_size or epoch_samples is None:
+        return None
+    return min(batches * batch_size, epoch_samples)
+
+
+class LoaderReadings:
+    """One rank's step samples from its successive loader readings."""
+
+    def __init__(self, samples_of: SamplesOf | None) -> None:
+        self.samples_of = samples_of
+        self.last: tuple[int, int, int] | None = None  # the last reading, split
+        self.steps_without = 0  # steps ended before the first reading
+
+    def step_samples(self, reading: int) -> int | None:
+        """Samples delivered since the previous step's reading; None: the readings cannot tell."""
+        if reading < 0 or self.samples_of is None:
+            if self.last is None:
+                self.steps_without += 1
+            return None
+        loader, epoch, batches = now = split_reading(reading)
+        last, self.last = self.last, now
+        if last is not None and last[:2] == (loader, epoch):
+            before = last[2]
+        elif last is None and self.steps_without:
+            return None  # the loader became known mid-run: its earlier batches were counted already
+        else:
+            before = 0  # a new epoch (or loader): its batches so far are this step's
+        after_samples = self.samples_of(loader, batches)
+        before_samples = self.samples_of(loader, before)
+        if after_samples is None or before_samples is None:
+            return None
+        return after_samples - before_samples

@@ -1,0 +1,97 @@
+"""Third-party training code run unchanged under fastmon (tests/clients/): the script's
+own step count and the samples it trained on are what fastmon records, exactly; the facts
+name the framework and describe the model rightly; nothing of fastmon's shows in dynamo's
+graph or the script's output."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import json
+
+import pytest
+
+from conftest import ROOT, run_dirs
+
+CLIENTS = ROOT / "tests" / "clients"
+
+
+def own_count(stdout: str) -> tuple[int, int]:
+    """The script's own 'steps N samples M' line."""
+    found = re.search(r"^steps (\d+) samples (\d+)", stdout, re.M)
+    assert found, stdout[-2000:]
+    return int(found[1]), int(found[2])
+
+
+def facts_of(tmp_path) -> dict:
+    (run,) = run_dirs(tmp_path)
+    db = sqlite3.connect(run / "run.sqlite")
+    try:
+        return {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM facts ORDER BY t")}
+    finally:
+        db.close()
+
+
+def assert_untouched(out) -> None:
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "fastmon: the probe" not in out.stderr  # no probe part failed
+    assert "Dynamo does not know" not in out.stderr  # dynamo met none of fastmon's calls
+    breaks = re.findall(r"Graph break in user code at (\S+)", out.stderr)
+    assert not [b for b in breaks if "/probe/" in b], breaks
+
+
+CASES = {  # client: (arguments, framework, model class)
+    "hf_trainer.py": ((), "transformers.Trainer", "GPT2LMHeadModel"),
+    "accelerate_loop.py": ((), "accelerate", "Sequential"),
+    "lightning_datamodule.py": ((), "lightning", "Sequential"),  # training_step calls self.net
+    "optimizerless.py": ((), None, "Linear"),
+    "sequence_first.py": ((), "plain", "RNNModel"),
+    "ema_validation.py": ((), "plain", "Sequential"),
+    "two_optimizers.py": ((), "plain", "Sequential"),
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("client", sorted(CASES))
+def test_a_client_is_counted_exactly_and_described_rightly(run_fastmon, report, tmp_path, client):
+    arguments, framework, model = CASES[client]
+    out = run_fastmon("run", "--headless", CLIENTS / client, *arguments, timeout=280)
+    assert_untouched(out)
+    steps, samples = own_count(out.stdout)
+    summary = report()
+    assert (summary["steps"], summary["samples"]) == (steps, samples)
+    facts = facts_of(tmp_path)
+    if framework:
+        assert facts["framework"]["name"] == framework
+    assert facts[f"model.{model}"]["conv"] is False  # transformers' Conv1D is a linear layer
+    assert "None" not in json.dumps([a["evidence"] + a["fix"] for a in summary["advice"]])
+    assert summary["memory"]["workers_seen_max"] == 0  # none of these starts a DataLoader worker
+    if client == "two_optimizers.py":
+        assert {"optimizer.Adam", "optimizer.Adam.2"} <= set(facts)
+    if client == "sequence_first.py":
+        assert facts["model.RNNModel"]["sequence_first"] is True
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", ["function", "method", "step"])
+def test_a_compiled_model_compiles_as_without_fastmon(run_fastmon, report, tmp_path, how):
+    """torch.compile(model), model.compile() and a compiled training step: dynamo logs no
+    graph break and no recompilation in fastmon's code; the step that compiled is left out
+    of the shares and said to be."""
+    out = run_fastmon("run", "--headless", CLIENTS / "compiled.py", "--how", how, "--epochs", "3", timeout=280,
+                      env_extra={"TORCH_LOGS": "graph_breaks,recompiles"})
+    assert_untouched(out)
+    assert "Recompiling function" not in out.stderr
+    counts = dict(re.findall(r"^(graph_breaks|recompiles|unique_graphs) (\d+)", out.stdout, re.M))
+    assert counts["recompiles"] == "0"
+    if how != "step":
+        assert counts == {"graph_breaks": "0", "recompiles": "0", "unique_graphs": "1"}
+    steps, samples = own_count(out.stdout)
+    summary = report()
+    assert (summary["steps"], summary["samples"]) == (steps, samples)
+    assert summary["startup_steps"] and summary["startup_steps"][0]["step"] == 0
+    assert summary["steady_steps"] < summary["steps"]
+    assert summary["compile"]["graphs"] == int(counts["unique_graphs"])
+    assert summary["compile"]["recompiles"] == 0
+    assert "compiling (torch.compile): step 0" in out.stderr
+    assert summary["memory"]["workers_seen_max"] == 0

@@ -1,0 +1,60 @@
+"""Run folders: private to their owner, made in one step, named for any script python runs."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import threading
+
+import pytest
+
+from conftest import clean_env, fastmon_cmd, run_dirs
+from fastmon.records import new_run_dir
+
+TINY = "import torch\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), 0.1)\n" \
+       "for _ in range(5):\n    m(torch.randn(4, 2)).sum().backward(); o.step(); o.zero_grad()\nprint('secret 42')\n"
+
+
+@pytest.mark.e2e
+def test_a_run_folder_and_its_files_are_the_owners_alone_whatever_the_umask(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TINY)
+    out = subprocess.run(fastmon_cmd("run", "--headless", script), cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env=clean_env(), preexec_fn=lambda: os.umask(0o022))
+    assert out.returncode == 0, out.stderr
+    (run,) = run_dirs(tmp_path)
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+    for path in run.iterdir():
+        assert not stat.S_IMODE(path.stat().st_mode) & 0o077, path
+
+
+def test_runs_started_in_the_same_second_each_get_their_own_folder(tmp_path):
+    made, errors = [], []
+    together = threading.Barrier(60)
+
+    def start():
+        together.wait()
+        try:
+            made.append(new_run_dir(tmp_path / "runs", "train"))
+        except Exception as exc:  # a FileExistsError here was a traceback for the user
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(60)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(set(made)) == 60
+
+
+@pytest.mark.e2e
+def test_a_script_name_as_long_as_python_takes_runs(tmp_path):
+    script = tmp_path / ("t" * 240 + ".py")
+    script.write_text(TINY)
+    out = subprocess.run(fastmon_cmd("run", "--headless", script), cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env=clean_env())
+    assert out.returncode == 0, out.stderr
+    assert "secret 42" in out.stdout
+    (run,) = run_dirs(tmp_path)
+    assert run.name.endswith("t" * 80)

@@ -1,0 +1,72 @@
+"""The one rule of what a step's samples are (fastmon.sample_count), on the readings the
+probe sends: the training loader's delivered batches at each step's end."""
+
+from __future__ import annotations
+
+from array import array
+
+from fastmon.phases import STEP_FIELDS
+from fastmon.sample_count import LoaderReadings, reading_base, samples_in_first, split_reading
+from fastmon.step_events import ENTER, FORWARD_TRAIN, LEAVE_BATCH, LOADER_READING, STEP_END, UNTIMED_STEPS, StepAssembler
+
+MS = 1_000_000
+
+
+def loader(batch_size, epoch_samples):
+    return lambda index, batches: samples_in_first(batches, batch_size, epoch_samples)
+
+
+def step_samples(readings: LoaderReadings, epochs: list[list[int]], loader_index: int = 0) -> list:
+    out = []
+    for epoch, batches in enumerate(epochs, start=1):
+        out += [readings.step_samples(reading_base(loader_index, epoch) + b) for b in batches]
+    return out
+
+
+def test_a_loader_that_fetches_ahead_counts_each_batch_once():
+    # accelerate's DataLoaderShard: the first step fetches two batches, the last none
+    readings = LoaderReadings(loader(16, 64))
+    assert step_samples(readings, [[2, 3, 4, 4], [2, 3, 4, 4]]) == [32, 16, 16, 0] * 2
+
+
+def test_an_epochs_short_last_batch_and_a_new_epoch():
+    readings = LoaderReadings(loader(16, 50))
+    samples = step_samples(readings, [[1, 2, 3, 4], [1, 2, 3, 4]])
+    assert samples == [16, 16, 16, 2] * 2
+    assert sum(samples) == 100
+
+
+def test_gradient_accumulation_and_a_gans_second_step():
+    readings = LoaderReadings(loader(8, 80))
+    assert step_samples(readings, [[4, 8, 10]]) == [32, 32, 16]  # four micro-batches a step; two to end
+    readings = LoaderReadings(loader(8, 80))
+    assert step_samples(readings, [[1, 1, 2, 2]]) == [8, 0, 8, 0]  # discriminator, then generator
+
+
+def test_the_readings_step_aside_where_they_cannot_tell():
+    assert LoaderReadings(loader(None, None)).step_samples(reading_base(0, 1) + 3) is None  # unknown batch size
+    readings = LoaderReadings(loader(16, 64))
+    assert readings.step_samples(-1) is None  # no training loader known yet
+    # known only from the second step on: its earlier batches were counted the other way
+    assert readings.step_samples(reading_base(0, 1) + 2) is None
+    assert readings.step_samples(reading_base(0, 1) + 3) == 16
+
+
+def test_a_reading_keeps_loader_epoch_and_batches_apart():
+    assert split_reading(reading_base(3, 70000) + 12345) == (3, 70000 % 65536, 12345)
+
+
+def test_the_assembler_gives_untimed_steps_their_own_samples():
+    """A prefetching loader's epoch of 4 batches, most steps untimed: each row has what
+    was delivered in it, where the timed steps' figure would have stood in for them."""
+    base = reading_base(0, 1)
+    events = [(ENTER, 0), (LEAVE_BATCH, 1 * MS, 16), (ENTER, 1 * MS), (LEAVE_BATCH, 2 * MS, 16),
+              (FORWARD_TRAIN, 2 * MS), (LOADER_READING, base + 2), (STEP_END, 5 * MS, 0),
+              (UNTIMED_STEPS, 1, 3, 8 * MS, 11 * MS, 14 * MS, base + 3, base + 4, base + 4)]
+    log = array("q", [v for event in events for v in event]).tobytes()
+    rows = StepAssembler(0, loader(16, 64)).feed(log, perf0=0, wall0=0.0)
+    samples = [row[STEP_FIELDS.index("samples")] for row in rows]
+    assert samples == [32, 16, 16, 0]
+    # without the loader's shape, the untimed steps take the timed one's: 32 each
+    rows = StepAssembler(0, loader(None, None)).feed(log, perf0=0, wall0=0.0)
+    assert [row[STEP_FIELDS.index("samples")] for row in rows] == [32, 32, 32, 32]
