@@ -137,8 +137,21 @@ class Recorder:
         self._thread.join(timeout=10)
 
 
+class DamagedRecord(sqlite3.DatabaseError):
+    """A value in a run file that fastmon never writes so (text that is not JSON, a step
+    without its wall time): read as a damaged record, exit code 65, everywhere."""
+
+
+def _json(text, where: str):
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise DamagedRecord(f"a damaged value in {where} ({exc})") from None
+
+
 class RunRecord:
-    """Read access to a run folder."""
+    """Read access to a run folder. Every value is checked as it is read: a damaged one
+    raises ``DamagedRecord``, never a traceback further on."""
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.dir = Path(run_dir)
@@ -148,12 +161,17 @@ class RunRecord:
         self.db.close()
 
     def meta(self) -> dict:
-        return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
+        return {k: _json(v, f"meta {k!r}") for k, v in self.db.execute("SELECT key, value FROM meta")}
 
     def steps(self, rank: int | None = None) -> list[tuple]:
         if rank is None:
-            return self.db.execute("SELECT * FROM steps ORDER BY rank, step").fetchall()
-        return self.db.execute("SELECT * FROM steps WHERE rank=? ORDER BY step", (rank,)).fetchall()
+            rows = self.db.execute("SELECT * FROM steps ORDER BY rank, step").fetchall()
+        else:
+            rows = self.db.execute("SELECT * FROM steps WHERE rank=? ORDER BY step", (rank,)).fetchall()
+        for row in rows:  # rank, step, end time and wall time: written for every step
+            if not all(isinstance(v, (int, float)) for v in row[:4]):
+                raise DamagedRecord(f"a damaged step row in steps ({row[:4]})")
+        return rows
 
     def ranks(self) -> list[int]:
         return [r for (r,) in self.db.execute("SELECT DISTINCT rank FROM steps ORDER BY rank")]
@@ -165,22 +183,22 @@ class RunRecord:
         """The latest value of every fact (rank 0's where ranks differ)."""
         out: dict = {}
         for rank, key, value in self.db.execute("SELECT rank, key, value FROM facts ORDER BY rank DESC, t"):
-            out[key] = json.loads(value)
+            out[key] = _json(value, f"fact {key!r}")
         return out
 
     def events(self) -> list[dict]:
-        return [dict(json.loads(data), t=t, rank=rank, step=step, kind=kind)
+        return [dict(_json(data, f"event {kind!r}"), t=t, rank=rank, step=step, kind=kind)
                 for t, rank, step, kind, data in self.db.execute("SELECT * FROM events ORDER BY t")]
 
     def samples(self, source: str | None = None) -> list[tuple[float, str, dict]]:
         query = "SELECT t, source, data FROM samples" + (" WHERE source=?" if source else "") + " ORDER BY t"
-        return [(t, s, json.loads(d)) for t, s, d in self.db.execute(query, (source,) if source else ())]
+        return [(t, s, _json(d, f"a {s} sample")) for t, s, d in self.db.execute(query, (source,) if source else ())]
 
     def advice(self) -> list[dict]:
-        return [json.loads(d) for (d,) in self.db.execute("SELECT data FROM advice ORDER BY t")]
+        return [_json(d, "advice") for (d,) in self.db.execute("SELECT data FROM advice ORDER BY t")]
 
     def applied(self) -> list[dict]:
-        return [json.loads(d) for (d,) in self.db.execute("SELECT data FROM applied ORDER BY exp")]
+        return [_json(d, "applied changes") for (d,) in self.db.execute("SELECT data FROM applied ORDER BY exp")]
 
     def log(self) -> list[tuple[float, str, str]]:
         return self.db.execute("SELECT t, stream, text FROM log ORDER BY rowid").fetchall()

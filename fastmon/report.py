@@ -119,6 +119,9 @@ def format_text(s: dict) -> str:
                          + " ".join(f"{r['phases'][p]:>8.1%}" for p in PHASES))
         lines.append(f"  straggler: {'rank ' + str(s['straggler']) if s['straggler'] is not None else 'none (ranks within noise)'}")
     lines.append(f"  dropped records: {s['dropped']}")
+    if s.get("output_dropped_bytes"):
+        lines.append(f"  output past the first 256 MiB not recorded: {mib(s['output_dropped_bytes'])} (it was "
+                     "passed through)")
     if s.get("channel_refused"):
         lines.append(f"  connections refused: {s['channel_refused']} (without the run's secret, unreadable, or claiming "
                      "a rank already connected)")

@@ -144,7 +144,7 @@ class GpuSampler:
 def _pss(proc: psutil.Process) -> int | None:
     """Proportional set size: shared pages split among the processes that map them."""
     try:
-        return getattr(proc.memory_full_info(), "pss", None)
+        return getattr(proc.memory_full_info(), "pss", None) or None  # 0: an exiting process's empty maps
     except (psutil.Error, OSError):
         return None
 

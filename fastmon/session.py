@@ -7,6 +7,7 @@ step records are never pushed at them one by one.
 
 from __future__ import annotations
 
+import codecs
 import collections
 import json
 import os
@@ -22,6 +23,8 @@ from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
 from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
+from fastmon.probe.output import OUTPUT_LOG
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.sample_count import samples_in_first
 from fastmon.samplers import GpuSampler, HostSampler
@@ -33,6 +36,7 @@ ADVISOR_WINDOW = 200  # steps the advisor looks at
 ADVISE_EVERY = 1.0
 PROFILE_STEPS = 5  # steps in a torch.profiler capture unless asked otherwise
 SAMPLE_EVERY = 0.5
+OUTPUT_KEPT = 256 * 2**20  # bytes of the script's output recorded (all of it passes through)
 MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representative
 # Under DDP a change is scheduled this far ahead of the furthest rank the monitor has heard
 # of: a rank's steps arrive once a publisher round, so it may be a round past what the
@@ -94,6 +98,8 @@ class Session:
     def __init__(self, options: RunOptions, passthrough: bool = False) -> None:
         self.options = options
         self.passthrough = passthrough
+        self.output_kept = self.output_dropped = 0  # bytes of the script's output recorded, and past the bound
+        self.output_log = -1
         # Whether what the script last printed to the terminal ended its line: a progress
         # bar (tqdm) does not, and a status line written after it must start a new one.
         self.line_ended = True
@@ -149,12 +155,41 @@ class Session:
                    PYTHONUNBUFFERED="1", FASTMON_EVERY_STEP="1" if self.options.every_step else "0")
         if self.options.profile_at is not None:
             env["FASTMON_PROFILE"] = f"{self.options.profile_at}:{self.options.profile_steps}"
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe()
+        kept = ()
+        if self.options.torchrun is None:
+            # The trainer holds the read ends too, so its writes outlive the monitor (probe/output.py).
+            # Not torchrun: it would hold them without reading them, and its ranks do not get them.
+            kept = (out_read, err_read)
+            env[OUTPUT_FDS_ENV] = f"{out_read},{err_read}"
+        try:
+            self.proc = subprocess.Popen(self.command(), stdout=out_write, stderr=err_write, env=env, pass_fds=kept)
+        finally:
+            os.close(out_write)
+            os.close(err_write)
+        self.output_log = os.open(self.run_dir / OUTPUT_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.state.status = "running"
-        self._spawn(self._pump, "stdout", self.proc.stdout)
-        self._spawn(self._pump, "stderr", self.proc.stderr)
+        self._spawn(self._pump, "stdout", out_read)
+        self._spawn(self._pump, "stderr", err_read)
         self._spawn(self._sample_loop)
         self._spawn(self._advise_loop)
+
+    def _keep_output(self, data: bytes) -> bool:
+        """Whether ``data`` is recorded: up to OUTPUT_KEPT bytes of output, each chunk into
+        output.log at once (a killed monitor loses none of what it read); past that, it is
+        counted and only passed through."""
+        with self.lock:
+            keep = self.output_kept + len(data) <= OUTPUT_KEPT
+            if keep:
+                self.output_kept += len(data)
+            else:
+                self.output_dropped += len(data)
+        if keep:
+            try:
+                os.write(self.output_log, data)
+            except OSError:
+                pass
+        return keep
 
     def _spawn(self, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"fastmon-{target.__name__}")
@@ -162,9 +197,10 @@ class Session:
         self._threads.append(thread)
 
     # --- inputs -----------------------------------------------------------------------
-    def _pump(self, stream_name: str, pipe) -> None:
+    def _pump(self, stream_name: str, fd: int) -> None:
         out = getattr(sys, stream_name)
-        fd = pipe.fileno()
+        # A character split across two reads is one character, not two U+FFFD
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         while True:
             try:
                 data = os.read(fd, 65536)
@@ -172,7 +208,6 @@ class Session:
                 break
             if not data:
                 break
-            text = data.decode("utf-8", errors="replace")
             if self.passthrough:
                 try:
                     out.buffer.write(data)
@@ -180,10 +215,14 @@ class Session:
                     self.line_ended = data.endswith(b"\n")
                 except (OSError, ValueError, AttributeError):
                     pass
+            if not self._keep_output(data):
+                continue
+            text = decoder.decode(data)
             self.recorder.put("log", (time.time(), stream_name, text))
             with self.lock:
                 self.state.output.append((stream_name, text))
                 self.state.output_seq += 1
+        os.close(fd)
 
     def _on_message(self, message: dict) -> None:
         kind = message.get("t")
@@ -457,6 +496,10 @@ class Session:
         if self.channel is not None:
             self.recorder.meta("channel", {"refused": self.channel.refused,
                                            "failed_messages": self.channel.failed_messages})
+        self.recorder.meta("output", {"kept_bytes": self.output_kept, "dropped_bytes": self.output_dropped})
+        if self.output_log >= 0:
+            os.close(self.output_log)
+            self.output_log = -1
         self.recorder.close()
         if self.channel is not None:
             self.channel.close()

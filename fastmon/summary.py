@@ -100,6 +100,7 @@ def summarize(run_dir) -> dict:
         summary["gpu"] = _gpu(records[0], meta)
         summary["device"] = _device(records[0])
         summary["dropped"] = sum(m.get("dropped", 0) or 0 for m in metas)
+        summary["output_dropped_bytes"] = sum((m.get("output") or {}).get("dropped_bytes", 0) for m in metas)
         summary["channel_refused"] = sum((m.get("channel") or {}).get("refused", 0) for m in metas)
         summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]

@@ -3,6 +3,7 @@ with the probe installed. The monitor starts this; it also works alone (no chann
 
 from __future__ import annotations
 
+import atexit
 import os
 import runpy
 import signal
@@ -56,11 +57,12 @@ def main() -> None:
         sys.stderr.write(f"fastmon: no module named {module!r}\n")
         sys.exit(EXIT_USAGE)
 
-    from fastmon.probe.output import protect_streams
+    from fastmon.probe.output import keep_output
     from fastmon.probe.runtime import install
 
-    protect_streams(os.environ.get("FASTMON_RUN_DIR"))
-    install(os.environ.get("FASTMON_CHANNEL"))
+    keeper = keep_output(os.environ.get("FASTMON_RUN_DIR"))
+    atexit.register(keeper.close)  # after the probe's own close (atexit runs last in, first out)
+    install(os.environ.get("FASTMON_CHANNEL")).publisher.on_lost = keeper.monitor_gone
 
     try:
         if module is not None:

@@ -1,51 +1,86 @@
-"""Keep the script's prints safe when the monitor goes away.
+"""Keep the script's output, and the script, alive when the monitor goes away.
 
-The child's stdout and stderr are pipes to the monitor. If the monitor is killed, a
-write would raise BrokenPipeError inside the user's ``print``; instead the stream
-switches to a file in the run folder, so the training goes on and nothing is lost.
+The child's stdout and stderr are pipes that the monitor reads. The child also holds the
+read ends (``FASTMON_OUTPUT_FDS``, never read while the monitor lives), so a write never
+meets a pipe without a reader: no ``BrokenPipeError`` for ``print``,
+``sys.stdout.buffer.write`` or ``os.write(1, ...)``, no SIGPIPE for a child process that
+inherited the descriptors. When the monitor is gone (the channel closes), threads here
+drain the pipes, what was in flight first, into the run folder's ``output.log``, where
+the monitor wrote what it had read: the log ends as the script's output, whole.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
-import sys
+import struct
+import termios
+import threading
+import time
 
-ORPHAN_LOG = "output-after-monitor-exit.log"
+OUTPUT_LOG = "output.log"
+ENV = "FASTMON_OUTPUT_FDS"
 
 
-class SafeStream:
-    def __init__(self, stream, fallback_dir: str | None) -> None:
-        self._stream = stream
-        self._fallback_dir = fallback_dir
+class OutputKeeper:
+    def __init__(self, read_fds: list[int], run_dir: str | None) -> None:
+        self.read_fds = read_fds
+        self.path = os.path.join(run_dir, OUTPUT_LOG) if run_dir else os.devnull
+        self.orphaned = False
+        self._lock = threading.Lock()
 
-    def _switch(self):
-        path = os.path.join(self._fallback_dir, ORPHAN_LOG) if self._fallback_dir else os.devnull
+    def monitor_gone(self) -> None:
+        """From the publisher's thread, when the channel closes: drain from now on."""
+        with self._lock:
+            if self.orphaned or not self.read_fds:
+                return
+            self.orphaned = True
+        for fd in self.read_fds:
+            threading.Thread(target=self._drain, args=(fd,), name="fastmon-output", daemon=True).start()
+
+    def _drain(self, fd: int) -> None:
         try:
-            self._stream = open(path, "a", buffering=1, encoding="utf-8", errors="replace")
+            log = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError:
-            self._stream = open(os.devnull, "w")
-        return self._stream
+            log = os.open(os.devnull, os.O_WRONLY)
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            try:
+                os.write(log, data)
+            except OSError:
+                pass
 
-    def write(self, text):
+    def close(self, wait: float = 1.0) -> None:
+        """At the script's end, with no monitor: let the drains empty the pipes (they keep
+        the order), for up to ``wait`` seconds."""
+        if not self.orphaned:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(unread(fd) for fd in self.read_fds):
+            time.sleep(0.01)
+
+
+def unread(fd: int) -> int:
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
+def keep_output(run_dir: str | None) -> OutputKeeper:
+    """The keeper of the read ends the monitor passed down, if any (torchrun's ranks have none)."""
+    fds = []
+    for text in filter(None, os.environ.pop(ENV, "").split(",")):
         try:
-            return self._stream.write(text)
-        except (BrokenPipeError, ValueError, OSError):
-            return self._switch().write(text)
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
-
-    def flush(self):
-        try:
-            self._stream.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            self._switch()
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
-def protect_streams(fallback_dir: str | None) -> None:
-    sys.stdout = SafeStream(sys.stdout, fallback_dir)
-    sys.stderr = SafeStream(sys.stderr, fallback_dir)
+            fd = int(text)
+            os.fstat(fd)
+        except (ValueError, OSError):
+            continue
+        os.set_inheritable(fd, False)
+        fds.append(fd)
+    return OutputKeeper(fds, run_dir)

@@ -42,6 +42,7 @@ class Publisher:
         self.queue: collections.deque = collections.deque()
         self.control: collections.deque = collections.deque()
         self.on_control = lambda: None  # called on this thread after commands arrive
+        self.on_lost = lambda: None  # called once the monitor is gone
         self.dropped = 0
         self._sock: socket.socket | None = None
         self._reader = wire.FrameReader()
@@ -146,6 +147,10 @@ class Publisher:
         finally:
             self._sock = None
             self._pending = b""
+            try:
+                self.on_lost()
+            except Exception:
+                pass
 
     def _receive(self) -> None:
         if self._sock is None:

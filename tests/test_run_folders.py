@@ -58,3 +58,44 @@ def test_a_script_name_as_long_as_python_takes_runs(tmp_path):
     assert "secret 42" in out.stdout
     (run,) = run_dirs(tmp_path)
     assert run.name.endswith("t" * 80)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A real run folder, recorded once for the damage tests to copy."""
+    where = tmp_path_factory.mktemp("recorded")
+    script = where / "train.py"
+    script.write_text(TINY)
+    out = subprocess.run(fastmon_cmd("run", "--headless", script), cwd=where, capture_output=True, text=True,
+                         timeout=120, env=clean_env())
+    assert out.returncode == 0, out.stderr
+    (run,) = run_dirs(where)
+    return run
+
+
+DAMAGE = {
+    "meta": "UPDATE meta SET value = '{not json' WHERE key = 'script'",
+    "facts": "UPDATE facts SET value = 'nan nan' WHERE rowid = (SELECT MIN(rowid) FROM facts)",
+    "samples": "UPDATE samples SET data = '' WHERE rowid = (SELECT MIN(rowid) FROM samples)",
+    "wall": "UPDATE steps SET wall = NULL WHERE step = 2",
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("command,damage", [(c, d) for c in ("report", "export", "replay") for d in sorted(DAMAGE)
+                                            if (c, d) != ("export", "facts")])  # a trace holds no facts
+def test_a_damaged_value_in_a_record_is_named_with_65_everywhere(recorded, tmp_path, command, damage):
+    import shutil
+    import sqlite3
+
+    run = tmp_path / "run"
+    shutil.copytree(recorded, run)
+    db = sqlite3.connect(run / "run.sqlite")
+    db.execute(DAMAGE[damage])
+    db.commit()
+    db.close()
+    out = subprocess.run(fastmon_cmd(command, run), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env=clean_env(), stdin=subprocess.DEVNULL)
+    assert out.returncode == 65, (out.returncode, out.stderr[-2000:])
+    assert "cannot read" in out.stderr and "damaged" in out.stderr
+    assert "Traceback" not in out.stderr
