@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import re
 import statistics
@@ -25,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 CLIENTS = HERE.parent / "tests" / "clients"
 # client: (arguments, the figure the script prints of its own speed)
 RUNS = {
-    "compiled.py": (["--epochs", "6"], r"^median step ms ([\d.]+)"),
+    "compiled.py": (["--epochs", "30"], r"^median step ms ([\d.]+)"),
     "hf_trainer.py": ([], r"^seconds ([\d.]+)"),
     "accelerate_loop.py": ([], r"^seconds ([\d.]+)"),
     "lightning_datamodule.py": ([], r"^seconds ([\d.]+)"),
@@ -36,8 +37,9 @@ RUNS = {
 }
 
 
-def run(command: list[str], cwd: str) -> subprocess.CompletedProcess:
-    out = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+def run(command: list[str], cwd: str, threads: int | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if threads else None
+    out = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
     if out.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{out.stderr[-3000:]}")
     return out
@@ -47,7 +49,7 @@ def figure(pattern: str, stdout: str) -> float:
     return float(re.search(pattern, stdout, re.M)[1])
 
 
-def one_client(name: str, pairs: int, cwd: str) -> dict:
+def one_client(name: str, pairs: int, cwd: str, threads: int | None) -> dict:
     arguments, pattern = RUNS[name]
     script = [str(CLIENTS / name), *arguments]
     ratios, report = [], None
@@ -57,7 +59,7 @@ def one_client(name: str, pairs: int, cwd: str) -> dict:
         for mode in order:
             command = [sys.executable, *script] if mode == "bare" else \
                 [sys.executable, "-m", "fastmon", "run", "--headless", *script]
-            out = run(command, cwd)
+            out = run(command, cwd, threads)
             figures[mode] = figure(pattern, out.stdout)
             if mode == "fastmon":
                 own = re.search(r"^steps (\d+) samples (\d+)", out.stdout, re.M)
@@ -73,18 +75,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--only", nargs="*", default=list(RUNS))
+    parser.add_argument("--threads", type=int, help="torch's threads in both runs (OMP_NUM_THREADS): 1 leaves "
+                                                    "a core to the monitor, as a GPU training does")
     parser.add_argument("--out", default=str(HERE / "results" / "real_clients.md"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cwd:
         results = []
         for name in args.only:
-            results.append(one_client(name, args.pairs, cwd))
+            results.append(one_client(name, args.pairs, cwd, args.threads))
             print(json.dumps(results[-1]), flush=True)
     import torch
 
     lines = [f"# Real clients bare and under fastmon ({datetime.date.today()})", "",
-             f"`python benchmarks/real_clients.py --pairs {args.pairs}` on {platform.machine()}, "
-             f"{__import__('os').cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}. "
+             f"`python benchmarks/real_clients.py {' '.join(sys.argv[1:])}` on {platform.machine()}, "
+             f"{os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}. "
              "Ratio: fastmon's figure over the bare run's, per interleaved pair (the compiled model: its "
              "median step time after compiling; the others: their training seconds); median [lowest, highest].", "",
              "| client | steps | samples | counted exactly | time ratio | advice given |",
