@@ -64,6 +64,7 @@ parser.add_argument("--ab-warm", type=int, default=5,
                     help="steps run after each switch before the segment's clock starts: the switch's own transient")
 parser.add_argument("--ab-control", action="store_true", help="keep the probe on in both halves: the method's noise")
 parser.add_argument("--no-loader", action="store_true", help="batches from a tensor, not a DataLoader")
+parser.add_argument("--compile", action="store_true", help="torch.compile(model): inductor on the CPU")
 parser.add_argument("--noise-pairs", type=int, default=0, help="bare segment pairs: the machine's noise now")
 parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads; 0: its default, every core")
 parser.add_argument("--monitor-pairs", type=int, default=0, help="monitor stopped / running segment pairs")
@@ -77,6 +78,8 @@ y = torch.randn(args.batch * 64, 1)
 loader = DataLoader(TensorDataset(x, y), batch_size=args.batch)
 model = nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+if args.compile:
+    model = torch.compile(model)
 process = psutil.Process()
 
 

@@ -85,12 +85,24 @@ def resolve_run(spec: str, runs_dir: str | os.PathLike = DEFAULT_RUNS_DIR) -> Pa
     return path
 
 
+RESERVE_BYTES = 256 * 1024  # kept aside in the run folder: the run's ending is written on a full disk too
+KEPT_ON_FAILURE = ("meta", "facts", "events", "advice", "applied")  # few, and what the report needs
+RETRY_ROWS = 10_000  # of those, at most this many held for the next try
+
+
 class Recorder:
     """Writes rows on its own thread, in batches every ``FLUSH_EVERY`` seconds; ``put``
-    never blocks the caller."""
+    never blocks the caller. A batch that cannot be written (a full disk) is dropped, its
+    steps counted in ``dropped_steps``, but for the few rows the report needs, tried again;
+    ``on_error`` hears of the first failure and of the recovery (None)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, on_error=None) -> None:
         self.path = Path(run_dir) / RECORD_FILE
+        self._reserve = Path(run_dir) / ".reserve"
+        self.on_error = on_error or (lambda message: None)
+        self.dropped_steps = 0
+        self.error: str | None = None  # the write error in force
+        self._retry: dict[str, list] = {}
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = threading.Event()
         self._ready = threading.Event()
@@ -111,26 +123,51 @@ class Recorder:
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(SCHEMA)
         db.commit()
+        try:
+            with open(self._reserve, "wb") as reserve:
+                reserve.write(bytes(RESERVE_BYTES))
+        except OSError:
+            pass
         self._ready.set()
         while True:
             closing = self._closed.wait(FLUSH_EVERY)
-            self._write_queued(db)
-            db.commit()
+            self._flush(db)
             if closing:
+                if self.error is not None and self._reserve.exists():
+                    self._reserve.unlink()  # the space kept for the run's ending
+                    self._flush(db)
                 break
+        self._reserve.unlink(missing_ok=True)
         db.close()
 
-    def _write_queued(self, db) -> None:
-        """Everything queued so far, one executemany per table, in arrival order per table."""
-        by_table: dict[str, list] = {}
+    def _flush(self, db) -> None:
+        by_table = self._retry
+        self._retry = {}
         while True:
             try:
                 table, row = self._queue.get_nowait()
             except queue.Empty:
                 break
             by_table.setdefault(table, []).append(row)
-        for table, rows in by_table.items():
-            db.executemany(_INSERT[table], rows)
+        try:
+            for table, rows in by_table.items():
+                db.executemany(_INSERT[table], rows)
+            db.commit()
+        except (sqlite3.OperationalError, OSError) as exc:  # disk full, an I/O error, a read-only disk
+            try:
+                db.rollback()
+            except sqlite3.Error:
+                pass
+            self.dropped_steps += len(by_table.get("steps", ()))
+            self._retry = {t: rows[-RETRY_ROWS:] for t, rows in by_table.items() if t in KEPT_ON_FAILURE}
+            if self.error is None:
+                self.error = str(exc)
+                self.on_error(f"cannot write {self.path} ({exc}): steps are counted as dropped until it can "
+                              "again; the training goes on")
+            return
+        if self.error is not None:
+            self.error = None
+            self.on_error(None)
 
     def close(self) -> None:
         self._closed.set()

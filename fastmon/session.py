@@ -121,6 +121,7 @@ class Session:
         self.captured: list[range] = []
         self.compiled: list[range] = []  # steps in which torch.compile compiled: start-up, not training
         self.worker_pids: dict[int, set[int]] = {}  # each rank's DataLoader workers
+        self.steps_made: dict[int, int] = {}  # each rank's steps, as its probe counted them at the end
         self.host: HostSampler | None = None
         self._stop = threading.Event()
         self._finish_lock = threading.Lock()
@@ -141,7 +142,7 @@ class Session:
 
     def start(self) -> None:
         self.run_dir = new_run_dir(self.options.runs_dir, self.script_name)
-        self.recorder = Recorder(self.run_dir)
+        self.recorder = Recorder(self.run_dir, on_error=self._record_error)
         self.channel = ChannelServer(self._on_message)
         self.channel.start()
         meta = {"target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
@@ -151,7 +152,7 @@ class Session:
         for key, value in meta.items():
             self.recorder.meta(key, value)
         env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_SECRET=self.channel.secret,
-                   FASTMON_RUN_DIR=str(self.run_dir),
+                   FASTMON_RUN_DIR=str(self.run_dir), FASTMON_MONITOR_PID=str(os.getpid()),
                    PYTHONUNBUFFERED="1", FASTMON_EVERY_STEP="1" if self.options.every_step else "0")
         if self.options.profile_at is not None:
             env["FASTMON_PROFILE"] = f"{self.options.profile_at}:{self.options.profile_steps}"
@@ -173,6 +174,18 @@ class Session:
         self._spawn(self._pump, "stderr", err_read)
         self._spawn(self._sample_loop)
         self._spawn(self._advise_loop)
+
+    def _record_error(self, message: str | None) -> None:
+        """The run file cannot be written (a full disk), or can again (None)."""
+        text = f"[fastmon] {message}" if message else "[fastmon] the run file can be written again: recording resumes"
+        with self.lock:
+            self.state.events.append({"kind": "record_error", "message": text})
+        if self.passthrough:
+            try:
+                sys.stderr.write(("" if self.line_ended else "\n") + text + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
 
     def _keep_output(self, data: bytes) -> bool:
         """Whether ``data`` is recorded: up to OUTPUT_KEPT bytes of output, each chunk into
@@ -272,6 +285,7 @@ class Session:
                 self.experiments.on_ack(message)
             elif kind == "bye":
                 state.dropped += int(message.get("dropped", 0))
+                self.steps_made[message.get("rank", 0)] = message.get("steps")
                 rec.meta("dropped", state.dropped)
 
     def _samples_of(self, loader_index: int, batches: int) -> int | None:
@@ -492,7 +506,8 @@ class Session:
             self.state.ended = time.time()
         self.recorder.meta("exit_code", self.state.exit_code)
         self.recorder.meta("ended", self.state.ended)
-        self.recorder.meta("dropped", self.state.dropped)
+        self.recorder.meta("dropped", self.state.dropped + self.recorder.dropped_steps)
+        self.recorder.meta("steps_made", self.steps_made)
         if self.channel is not None:
             self.recorder.meta("channel", {"refused": self.channel.refused,
                                            "failed_messages": self.channel.failed_messages})

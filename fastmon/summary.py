@@ -99,7 +99,9 @@ def summarize(run_dir) -> dict:
         summary["memory"] = _memory(primary, records[0])
         summary["gpu"] = _gpu(records[0], meta)
         summary["device"] = _device(records[0])
-        summary["dropped"] = sum(m.get("dropped", 0) or 0 for m in metas)
+        # What the probes counted at the end, less what is on record: what could not be written too
+        made = sum(v or 0 for m in metas for v in (m.get("steps_made") or {}).values())
+        summary["dropped"] = max(sum(m.get("dropped", 0) or 0 for m in metas), made - len(all_rows))
         summary["output_dropped_bytes"] = sum((m.get("output") or {}).get("dropped_bytes", 0) for m in metas)
         summary["channel_refused"] = sum((m.get("channel") or {}).get("refused", 0) for m in metas)
         summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import os
 import runpy
+import shutil
 import signal
 import sys
 import traceback
@@ -36,6 +37,16 @@ def _module_exists(name: str) -> bool:
         return False
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def main() -> None:
     args = sys.argv[1:]
     if not args:
@@ -62,7 +73,19 @@ def main() -> None:
 
     keeper = keep_output(os.environ.get("FASTMON_RUN_DIR"))
     atexit.register(keeper.close)  # after the probe's own close (atexit runs last in, first out)
-    install(os.environ.get("FASTMON_CHANNEL")).publisher.on_lost = keeper.monitor_gone
+    channel = os.environ.get("FASTMON_CHANNEL")
+    monitor = int(os.environ.get("FASTMON_MONITOR_PID", "0") or 0)
+
+    def take_socket_folder() -> None:
+        if keeper.orphaned and channel and monitor and not _alive(monitor):  # killed: it would stay in /tmp
+            shutil.rmtree(os.path.dirname(channel), ignore_errors=True)
+
+    def monitor_gone() -> None:
+        keeper.monitor_gone()
+        take_socket_folder()
+
+    atexit.register(take_socket_folder)  # again at the end: a killed monitor may not be reaped yet when it goes
+    install(channel).publisher.on_lost = monitor_gone
 
     try:
         if module is not None:

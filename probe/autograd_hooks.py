@@ -39,6 +39,7 @@ class BackwardPart(Part):
         self.retained_streak = 0
         self.next_watch_step = 0
         self.timed_backward = None
+        self.compile_in_use = False
 
     def install(self) -> None:
         part, orig, probe = self, self._orig, self.probe
@@ -64,6 +65,8 @@ class BackwardPart(Part):
 
         backward.__wrapped__ = orig
         self.timed_backward = backward
+        if self.compile_in_use:  # installed again after a suspend
+            self.on_compile_in_use()
 
     def uninstall(self) -> None:
         self.disarm()
@@ -72,6 +75,7 @@ class BackwardPart(Part):
         """Dynamo would compile the wrapper as a frame of its own when a compiled function's
         backward (always a graph break) calls it, with ``is_compiling()`` folded to True for
         good: kept out of dynamo, it runs as in eager."""
+        self.compile_in_use = True
         armed = torch.autograd.backward is self.timed_backward
         wrapped = self.timed_backward
         self.timed_backward = torch.compiler.disable(wrapped)

@@ -83,7 +83,8 @@ class OptimizerPart(Part):
             post(optimizer, args, kwargs)
 
         self.compile_safe_post = compile_safe_post
-        self.post_handle = optim_module.register_optimizer_step_post_hook(post)
+        self.post_handle = optim_module.register_optimizer_step_post_hook(
+            compile_safe_post if self.compile_in_use else post)  # (installed again after a suspend)
         if self._scaler_cls is not None:
             orig_update = self._orig_update
 

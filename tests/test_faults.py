@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -50,12 +52,14 @@ def test_killing_the_monitor_leaves_training_running_with_all_its_output(tmp_pat
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env())
     wait_for(lambda: recorded_steps(tmp_path) >= 10, 60, "the first steps to be recorded")
     (trainer,) = psutil.Process(monitor.pid).children()
+    channel_folder = Path(trainer.environ()["FASTMON_CHANNEL"]).parent
     monitor.kill()
     monitor.wait()
     assert trainer.is_running()
     wait_for(done.exists, 60, "the training to finish after the monitor died")
     assert done.read_text() == f"finished {steps} steps\n"
     trainer.wait(10)
+    assert not channel_folder.exists()  # the trainer took away the socket folder its killed monitor left
     (run,) = run_dirs(tmp_path)
     printed = [line for line in (run / "output.log").read_text().splitlines() if line.startswith("line ")]
     assert printed == [f"line {step} {k}" for step in range(steps) for k in range(lines)]
@@ -137,3 +141,58 @@ def test_ctrl_c_reaches_the_training_when_headless(tmp_path, after_s):
         stopped = monitor.returncode == 130 or (monitor.returncode == 1 and reached)
         went_on = monitor.returncode == 0 and "Exception ignored in" in err and reached
         assert stopped or went_on, err[-3000:]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB filesystem of its own (tmpfs; needs root, as CI has)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk) -> None:
+    with open(disk / "filler", "wb") as filler:
+        try:
+            while True:
+                filler.write(bytes(65536))
+                filler.flush()
+        except OSError:
+            pass
+
+
+@pytest.mark.e2e
+def test_a_full_disk_loses_no_training_and_counts_every_step_not_written(tmp_path, small_disk):
+    monitor = subprocess.Popen(
+        fastmon_cmd("run", "--headless", "--runs-dir", small_disk, SCRIPTS / "slow_steps.py", "--steps", "400",
+                    "--step-ms", "10"),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(), text=True)
+    runs = small_disk
+
+    def recorded() -> int:
+        try:
+            (record,) = runs.glob("*/run.sqlite")
+            return sqlite3.connect(f"file:{record}?mode=ro", uri=True).execute("SELECT COUNT(*) FROM steps").fetchone()[0]
+        except (ValueError, sqlite3.Error):
+            return 0
+
+    wait_for(lambda: recorded() >= 20, 60, "the first steps to be recorded")
+    fill(small_disk)
+    time.sleep(1.5)
+    (small_disk / "filler").unlink()  # space comes back: recording resumes
+    stdout, stderr = monitor.communicate(timeout=120)
+    assert monitor.returncode == 0, stderr[-2000:]
+    assert "step 399" in stdout  # the training went on to its end
+    assert "cannot write" in stderr and "counted as dropped" in stderr and "recording resumes" in stderr
+    assert "Traceback" not in stderr
+    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    out = subprocess.run(fastmon_cmd("report", run, "--json"), cwd=tmp_path, capture_output=True, text=True,
+                         env=clean_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert 20 <= summary["steps"] < 400
+    assert summary["dropped"] == 400 - summary["steps"] > 0
