@@ -20,20 +20,25 @@ from __future__ import annotations
 
 from typing import Callable
 
-BATCH_BITS, EPOCH_BITS = 24, 16
+BATCH_BITS, EPOCH_BITS = 32, 16
+# Set where the count is of samples, not batches: an epoch whose batch size fastmon changed
+# live has batches of two sizes, and the probe counts their samples itself.
+SAMPLES_FLAG = 1 << 62
 
 # (loader index, batches delivered) -> samples in those first batches of an epoch, or None
 SamplesOf = Callable[[int, int], "int | None"]
 
 
-def reading_base(loader_index: int, epoch: int) -> int:
-    return ((loader_index << EPOCH_BITS) | (epoch & ((1 << EPOCH_BITS) - 1))) << BATCH_BITS
+def reading_base(loader_index: int, epoch: int, samples: bool = False) -> int:
+    base = ((loader_index << EPOCH_BITS) | (epoch & ((1 << EPOCH_BITS) - 1))) << BATCH_BITS
+    return base | SAMPLES_FLAG if samples else base
 
 
 def split_reading(reading: int) -> tuple[int, int, int]:
-    """(loader index, epoch, batches delivered in that epoch)."""
-    return (reading >> (BATCH_BITS + EPOCH_BITS), (reading >> BATCH_BITS) & ((1 << EPOCH_BITS) - 1),
-            reading & ((1 << BATCH_BITS) - 1))
+    """(loader index, epoch, batches, or samples where SAMPLES_FLAG is set, delivered in that epoch)."""
+    rest = reading & (SAMPLES_FLAG - 1)
+    return (rest >> (BATCH_BITS + EPOCH_BITS), (rest >> BATCH_BITS) & ((1 << EPOCH_BITS) - 1),
+            rest & ((1 << BATCH_BITS) - 1))
 
 
 def samples_in_first(batches: int, batch_size: int | None, epoch_samples: int | None) -> int | None:
@@ -48,6 +53,7 @@ class LoaderReadings:
     def __init__(self, samples_of: SamplesOf | None) -> None:
         self.samples_of = samples_of
         self.last: tuple[int, int, int] | None = None  # the last reading, split
+        self.counted = 0  # samples given to steps in the last reading's epoch
         self.steps_without = 0  # steps ended before the first reading
 
     def step_samples(self, reading: int) -> int | None:
@@ -56,16 +62,20 @@ class LoaderReadings:
             if self.last is None:
                 self.steps_without += 1
             return None
-        loader, epoch, batches = now = split_reading(reading)
+        loader, epoch, count = now = split_reading(reading)
         last, self.last = self.last, now
-        if last is not None and last[:2] == (loader, epoch):
-            before = last[2]
-        elif last is None and self.steps_without:
+        same_epoch = last is not None and last[:2] == (loader, epoch)
+        if last is None and self.steps_without:
             return None  # the loader became known mid-run: its earlier batches were counted already
+        if not same_epoch:
+            self.counted = 0  # a new epoch (or loader): its batches so far are this step's
+        if reading & SAMPLES_FLAG:
+            samples = count - self.counted
         else:
-            before = 0  # a new epoch (or loader): its batches so far are this step's
-        after_samples = self.samples_of(loader, batches)
-        before_samples = self.samples_of(loader, before)
-        if after_samples is None or before_samples is None:
-            return None
-        return after_samples - before_samples
+            after = self.samples_of(loader, count)
+            before = self.samples_of(loader, last[2] if same_epoch else 0)
+            if after is None or before is None:
+                return None
+            samples = after - before
+        self.counted += samples
+        return samples

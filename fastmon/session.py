@@ -11,6 +11,7 @@ import codecs
 import collections
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -100,6 +101,7 @@ class Session:
         self.passthrough = passthrough
         self.output_kept = self.output_dropped = 0  # bytes of the script's output recorded, and past the bound
         self.output_log = -1
+        self.output_lock = threading.Lock()  # the two pumps share output.log's offset
         # Whether what the script last printed to the terminal ended its line: a progress
         # bar (tqdm) does not, and a status line written after it must start a new one.
         self.line_ended = True
@@ -168,7 +170,8 @@ class Session:
         finally:
             os.close(out_write)
             os.close(err_write)
-        self.output_log = os.open(self.run_dir / OUTPUT_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # Not O_APPEND: splice(2) refuses such a file; the pumps keep the offset (_take_output).
+        self.output_log = os.open(self.run_dir / OUTPUT_LOG, os.O_RDWR | os.O_CREAT, 0o600)
         self.state.status = "running"
         self._spawn(self._pump, "stdout", out_read)
         self._spawn(self._pump, "stderr", err_read)
@@ -187,22 +190,42 @@ class Session:
             except (OSError, ValueError):
                 pass
 
-    def _keep_output(self, data: bytes) -> bool:
-        """Whether ``data`` is recorded: up to OUTPUT_KEPT bytes of output, each chunk into
-        output.log at once (a killed monitor loses none of what it read); past that, it is
-        counted and only passed through."""
-        with self.lock:
-            keep = self.output_kept + len(data) <= OUTPUT_KEPT
+    def _take_output(self, fd: int) -> tuple[bytes, bool] | None:
+        """The next chunk of a stream and whether it is recorded; None at its end. Up to
+        OUTPUT_KEPT bytes are recorded, each moved from the pipe into output.log by the
+        kernel (splice) before it is read back: there is no moment when a killed monitor
+        holds output that is neither in the pipe (which the trainer then drains) nor in the
+        log. Past that bound a chunk is read, counted and only passed through."""
+        select.select([fd], [], [])  # no lock held while the stream is quiet
+        with self.output_lock:
+            if self.output_kept < OUTPUT_KEPT and self.output_log >= 0:
+                try:
+                    moved = os.splice(fd, self.output_log, 65536, offset_dst=self.output_kept,
+                                      flags=os.SPLICE_F_NONBLOCK)
+                except BlockingIOError:
+                    return b"", False
+                except (OSError, AttributeError):  # no splice (not Linux): read, then append
+                    moved = None
+                if moved == 0:
+                    return None
+                if moved is not None:
+                    data = os.pread(self.output_log, moved, self.output_kept)
+                    self.output_kept += moved
+                    return data, True
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            return None
+        if not data:
+            return None
+        with self.output_lock:
+            keep = self.output_kept + len(data) <= OUTPUT_KEPT and self.output_log >= 0
             if keep:
+                os.pwrite(self.output_log, data, self.output_kept)
                 self.output_kept += len(data)
-            else:
+            elif self.output_log >= 0:  # (after the run's end, output is only passed through)
                 self.output_dropped += len(data)
-        if keep:
-            try:
-                os.write(self.output_log, data)
-            except OSError:
-                pass
-        return keep
+        return data, keep
 
     def _spawn(self, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"fastmon-{target.__name__}")
@@ -214,13 +237,10 @@ class Session:
         out = getattr(sys, stream_name)
         # A character split across two reads is one character, not two U+FFFD
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                break
+        while (taken := self._take_output(fd)) is not None:
+            data, kept = taken
             if not data:
-                break
+                continue
             if self.passthrough:
                 try:
                     out.buffer.write(data)
@@ -228,7 +248,7 @@ class Session:
                     self.line_ended = data.endswith(b"\n")
                 except (OSError, ValueError, AttributeError):
                     pass
-            if not self._keep_output(data):
+            if not kept:
                 continue
             text = decoder.decode(data)
             self.recorder.put("log", (time.time(), stream_name, text))
@@ -512,9 +532,10 @@ class Session:
             self.recorder.meta("channel", {"refused": self.channel.refused,
                                            "failed_messages": self.channel.failed_messages})
         self.recorder.meta("output", {"kept_bytes": self.output_kept, "dropped_bytes": self.output_dropped})
-        if self.output_log >= 0:
-            os.close(self.output_log)
-            self.output_log = -1
+        with self.output_lock:
+            if self.output_log >= 0:
+                os.close(self.output_log)
+                self.output_log = -1
         self.recorder.close()
         if self.channel is not None:
             self.channel.close()

@@ -28,6 +28,16 @@ class NoIterator:
 NO_ITERATOR = NoIterator()
 
 
+class SampleCount:
+    """The samples an epoch has delivered so far where fastmon changed its batch size live
+    (batches of two sizes): read at each step's end as an iterator's batch count is."""
+
+    __slots__ = ("_num_yielded",)
+
+    def __init__(self, so_far: int) -> None:
+        self._num_yielded = so_far
+
+
 class StepClock:
     __slots__ = ("put", "step", "loader_batches", "eval_took_batch", "loader_fed", "forwards", "backwards_since_step",
                  "_memory", "timing", "ends", "readings", "train_it", "reading_base", "short_until", "short_ref",
@@ -92,9 +102,10 @@ class StepClock:
         """After a suspended stretch: that time belongs to no step."""
         self.put((RESUMED, perf_counter_ns()))
 
-    def training_iterator(self, it, loader_index: int, epoch: int) -> None:
-        """The training loader's live iterator, whose delivered batches each step end reads."""
-        self.train_it, self.reading_base = it, reading_base(loader_index, epoch)
+    def training_iterator(self, it, loader_index: int, epoch: int, samples: bool = False) -> None:
+        """The training loader's live iterator, whose delivered batches each step end reads
+        (``samples``: ``it`` is a ``SampleCount``, of samples)."""
+        self.train_it, self.reading_base = it, reading_base(loader_index, epoch, samples)
 
     def reading(self) -> int:
         return self.reading_base + self.train_it._num_yielded

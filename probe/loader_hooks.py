@@ -36,10 +36,12 @@ from torch.utils.data import dataloader as dl
 
 from fastmon.probe import facts
 from fastmon.probe.batch_change import new_batch_sampler, regroup
+from fastmon.probe.clock import SampleCount
 from fastmon.probe.forward_hooks import batch_size_of
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.phases import DATA_WAIT
+from fastmon.sample_count import samples_in_first
 from fastmon.step_events import ENTER, LEAVE, LEAVE_BATCH
 
 STARTUPS_KEPT = 8  # enough to cover the advisor's window after a settings change or two
@@ -60,6 +62,7 @@ class LoaderState:
         # "train": a training forward took its batch; "eval": iterated with autograd off, or
         # an eval forward took its batch. Only the training loader's batches are samples.
         self.role: str | None = None
+        self.counter: SampleCount | None = None  # this epoch's samples, once fastmon changed its batch size in it
 
 
 class IterTags:
@@ -84,8 +87,9 @@ class Rebuilt:
     """Serves the rest of an epoch after a rebuild: first the batches already in flight
     in the replaced iterators, then the new loader's."""
 
-    def __init__(self, owner, draining: list, new_iter, new_loader, orig_next) -> None:
+    def __init__(self, owner, draining: list, new_iter, new_loader, orig_next, counter=None) -> None:
         self.owner = owner  # the iterator the script holds: its count of batches delivered goes on
+        self.counter = counter  # samples, where the batch size changed: each batch's own size
         self.draining = draining
         self.new_iter = new_iter
         self.new_loader = new_loader
@@ -98,7 +102,7 @@ class Rebuilt:
                 batch = self._orig_next(old)
                 if old is not self.owner:
                     self.owner._num_yielded += 1
-                return batch
+                return self._counted(batch)
             except StopIteration:
                 self.draining.pop(0)
                 shutdown = getattr(old, "_shutdown_workers", None)
@@ -108,6 +112,11 @@ class Rebuilt:
             raise StopIteration
         batch = self._orig_next(self.new_iter)
         self.owner._num_yielded += 1
+        return self._counted(batch)
+
+    def _counted(self, batch):
+        if self.counter is not None:
+            self.counter._num_yielded += batch_size_of(batch)
         return batch
 
 
@@ -235,6 +244,7 @@ class LoaderPart(Part):
         state.live = weakref.ref(it)
         if state.role is None and not torch.is_grad_enabled():
             state.role = "eval"  # a validation loop under no_grad or inference_mode
+        state.counter = None  # a new epoch: one batch size again
         if state is self.train_loader:
             self.probe.clock.training_iterator(it, state.index, state.epoch[0])
         tags = IterTags(state)
@@ -319,7 +329,9 @@ class LoaderPart(Part):
         state.role = "train"
         self.train_loader = state
         live = state.live() if state.live is not None else None
-        if live is not None:
+        if state.counter is not None:
+            self.probe.clock.training_iterator(state.counter, state.index, state.epoch[0], samples=True)
+        elif live is not None:
             self.probe.clock.training_iterator(live, state.index, state.epoch[0])
 
     def schedule(self, params: dict, ack) -> None:
@@ -331,6 +343,7 @@ class LoaderPart(Part):
         loader = state.ref() if state else None
         if loader is None:
             raise RuntimeError("no DataLoader seen in the training loop")
+        before = state.description
         set_loader_settings(loader, params)
         state.description = facts.describe_loader(loader)
         self.report()  # before the acknowledgement: the monitor sees the new settings with it
@@ -339,6 +352,14 @@ class LoaderPart(Part):
         if tags is None or live._dataset_kind != dl._DatasetKind.Map or params.keys() == {"persistent_workers"}:
             ack(ok=True, note="takes effect at the next epoch")
             return
+        if "batch_size" in params and state.counter is None:
+            # The rest of this epoch comes in the new size: its samples are counted batch by
+            # batch from here, the batches so far by the old size (fastmon.sample_count).
+            so_far = samples_in_first(live._num_yielded, before.get("batch_size"), before.get("epoch_samples"))
+            if so_far is not None:
+                state.counter = SampleCount(so_far)
+                if state is self.train_loader:
+                    self.probe.clock.training_iterator(state.counter, state.index, state.epoch[0], samples=True)
         tags.pending = (state, params, ack)
 
     def rebuild(self, it, tags: IterTags, state: LoaderState, params: dict) -> None:
@@ -356,7 +377,7 @@ class LoaderPart(Part):
             remaining = regroup(remaining, loader.batch_size)
         new_loader = loader_over(loader, remaining) if remaining else None
         new_iter = self._orig_iter(new_loader) if new_loader is not None else None
-        tags.source = Rebuilt(it, draining, new_iter, new_loader, self._orig_next)
+        tags.source = Rebuilt(it, draining, new_iter, new_loader, self._orig_next, state.counter)
         self.rebuilt = True
 
 

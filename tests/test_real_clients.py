@@ -95,3 +95,13 @@ def test_a_compiled_model_compiles_as_without_fastmon(run_fastmon, report, tmp_p
     assert summary["compile"]["recompiles"] == 0
     assert "compiling (torch.compile): step 0" in out.stderr
     assert summary["memory"]["workers_seen_max"] == 0
+
+
+@pytest.mark.e2e
+def test_samples_stay_exact_across_a_live_batch_size_change(run_fastmon, report):
+    out = run_fastmon("run", "--headless", ROOT / "tests" / "scripts" / "batch_change_counted.py")
+    assert out.returncode == 0, out.stderr
+    steps, samples = own_count(out.stdout)
+    assert samples == 3000
+    summary = report()
+    assert (summary["steps"], summary["samples"]) == (steps, samples)

@@ -70,3 +70,16 @@ def test_the_assembler_gives_untimed_steps_their_own_samples():
     # without the loader's shape, the untimed steps take the timed one's: 32 each
     rows = StepAssembler(0, loader(None, None)).feed(log, perf0=0, wall0=0.0)
     assert [row[STEP_FIELDS.index("samples")] for row in rows] == [32, 32, 32, 32]
+
+
+def test_an_epoch_whose_batch_size_changed_is_counted_in_samples():
+    # 16-sample batches for 3 steps, then fastmon doubles the batch: the probe counts the
+    # epoch's samples itself (48 so far, then 32 a batch); the next epoch is in batches again
+    fact = {"batch_size": 16}
+    readings = LoaderReadings(lambda index, batches: samples_in_first(batches, fact["batch_size"], 100))
+    epoch1, epoch2 = reading_base(0, 1), reading_base(0, 2)
+    assert [readings.step_samples(epoch1 + b) for b in (1, 2, 3)] == [16, 16, 16]
+    fact["batch_size"] = 32
+    samples_mode = reading_base(0, 1, samples=True)
+    assert [readings.step_samples(samples_mode + s) for s in (80, 100)] == [32, 20]
+    assert [readings.step_samples(epoch2 + b) for b in (1, 2, 3, 4)] == [32, 32, 32, 4]
