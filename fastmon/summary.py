@@ -49,7 +49,7 @@ def steady_summary(rows: list, left_out: set[int]) -> dict:
     the steps that compiled (seconds of start-up each, which would make the shares)."""
     everything = Window.from_rows(rows)
     steady = [r for r in rows if r[_I["step"]] not in left_out] if left_out else rows
-    out = window_summary(Window.from_rows(steady) if steady else everything)
+    out = window_summary(Window.from_rows(steady) if steady and left_out else everything)
     out.update(steps=everything.steps, samples=everything.samples, duration_s=round(everything.wall, 4),
                steady_steps=len(steady))
     return out
@@ -85,11 +85,12 @@ def summarize(run_dir) -> dict:
         exit_codes = [m.get("exit_code") for m in metas]
         events = [e for rec in records for e in rec.events()]
         compiled = compile_steps(events)
+        primary_compiled = compiled.get(ranks[0] if ranks else 0, set())
         summary = {"run": ", ".join(map(str, dirs)), "folders": len(dirs), "script": meta.get("script"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
-                   **steady_summary(primary, compiled.get(ranks[0] if ranks else 0, set()))}
+                   **steady_summary(primary, primary_compiled)}
         summary["startup_steps"] = [{"step": r[_I["step"]], "wall_s": round(r[_I["wall"]], 4), "why": "torch.compile"}
-                                    for r in primary if r[_I["step"]] in compiled.get(ranks[0] if ranks else 0, ())]
+                                    for r in primary if r[_I["step"]] in primary_compiled]
         summary["ranks"] = []
         if len(ranks) > 1:
             for rank in ranks:

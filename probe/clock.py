@@ -19,15 +19,6 @@ from fastmon.step_events import (ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP
 from fastmon.sample_count import reading_base
 
 
-class NoIterator:
-    """Stands for the training loader's iterator until one is known: reads as -1."""
-
-    _num_yielded = -1
-
-
-NO_ITERATOR = NoIterator()
-
-
 class SampleCount:
     """The samples an epoch has delivered so far where fastmon changed its batch size live
     (batches of two sizes): read at each step's end as an iterator's batch count is."""
@@ -36,6 +27,9 @@ class SampleCount:
 
     def __init__(self, so_far: int) -> None:
         self._num_yielded = so_far
+
+
+NO_ITERATOR = SampleCount(-1)  # stands for the training loader's iterator until one is known
 
 
 class StepClock:
@@ -115,7 +109,7 @@ class StepClock:
         Returns the step's end time."""
         if self._memory is not None:
             self.put((MEMORY, *self._memory()))
-        self.put((LOADER_READING, self.reading_base + self.train_it._num_yielded))
+        self.put((LOADER_READING, self.reading()))
         now = perf_counter_ns()
         self.put((LEAVE_STEP_END if leaving else STEP_END, now, self.step))
         self.step += 1

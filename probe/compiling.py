@@ -39,7 +39,6 @@ def dynamo_counters() -> dict | None:
     recompiles = dict(counters.get("recompiles", {}))
     return {
         "graphs": int(stats.get("unique_graphs", 0)),
-        "frames": int(stats.get("calls_captured", 0)),
         "graph_breaks": int(sum(breaks.values())),
         "graph_break_reasons": [first_line(reason) for reason in list(breaks)[:REASONS_KEPT]],
         "recompiles": int(sum(recompiles.values())),
