@@ -11,6 +11,7 @@ hooks) append their events directly, ``put((code, perf_counter_ns()))``: one C c
 
 from __future__ import annotations
 
+import sys
 import threading
 from time import perf_counter_ns
 
@@ -35,7 +36,7 @@ NO_ITERATOR = SampleCount(-1)  # stands for the training loader's iterator until
 class StepClock:
     __slots__ = ("put", "step", "loader_batches", "eval_took_batch", "loader_fed", "forwards", "backwards_since_step",
                  "_memory", "timing", "ends", "readings", "train_it", "reading_base", "short_until", "short_ref",
-                 "_ends_first", "_ends_lock")
+                 "_ends_first", "_ends_lock", "_held_once")
 
     def __init__(self, put, memory=None) -> None:
         self.put = put  # appends one event, atomically: array('q').extend
@@ -75,6 +76,9 @@ class StepClock:
         self.short_ref = None
         self._ends_first = 0  # the step number of ends[0]
         self._ends_lock = threading.Lock()  # the training thread and the publisher both flush
+        self.train_it = object()  # referenced by this slot alone: what _train_it_refs counts then
+        self._held_once = self._train_it_refs()
+        self.train_it = NO_ITERATOR
 
     def enter(self, phase: int) -> None:
         self.put((ENTER + phase, perf_counter_ns()))
@@ -99,7 +103,26 @@ class StepClock:
     def training_iterator(self, it, loader_index: int, epoch: int, samples: bool = False) -> None:
         """The training loader's live iterator, whose delivered batches each step end reads
         (``samples``: ``it`` is a ``SampleCount``, of samples)."""
-        self.train_it, self.reading_base = it, reading_base(loader_index, epoch, samples)
+        with self._ends_lock:
+            self.train_it, self.reading_base = it, reading_base(loader_index, epoch, samples)
+
+    def _train_it_refs(self) -> int:
+        it = self.train_it
+        return sys.getrefcount(it)
+
+    def let_go_of_dropped_iterator(self) -> None:
+        """From the publisher's round: once the script has dropped the training iterator
+        (a ``break``), keep its final count instead of it. Held, it would keep its workers
+        alive into whatever comes next; python stops them at once."""
+        with self._ends_lock:
+            if self._train_it_refs() > self._held_once:
+                return
+            dropped = self.train_it
+            if type(dropped) is SampleCount:
+                return
+            self.train_it = SampleCount(dropped._num_yielded)
+        # Its workers stop here, when the last reference goes: outside the lock, which the
+        # training thread takes at its next epoch.
 
     def reading(self) -> int:
         return self.reading_base + self.train_it._num_yielded

@@ -85,23 +85,27 @@ TAGS = "_fastmon_tags"
 
 class Rebuilt:
     """Serves the rest of an epoch after a rebuild: first the batches already in flight
-    in the replaced iterators, then the new loader's."""
+    in the replaced iterators, then the new loader's. It holds no reference to the
+    iterator the script holds (``OWNER`` stands for it in ``draining``): that iterator
+    holds this, and a cycle would keep every worker here alive past a ``break`` until the
+    garbage collector, whose finalizers then wait 5 s on each worker's join."""
 
-    def __init__(self, owner, draining: list, new_iter, new_loader, orig_next, counter=None) -> None:
-        self.owner = owner  # the iterator the script holds: its count of batches delivered goes on
+    def __init__(self, draining: list, new_iter, new_loader, orig_next, counter=None) -> None:
         self.counter = counter  # samples, where the batch size changed: each batch's own size
         self.draining = draining
         self.new_iter = new_iter
         self.new_loader = new_loader
         self._orig_next = orig_next
 
-    def next(self):
+    def next(self, owner):
+        """The next batch of ``owner``, the iterator the script holds: its count of
+        batches delivered goes on."""
         while self.draining:
-            old = self.draining[0]
+            old = owner if self.draining[0] is OWNER else self.draining[0]
             try:
                 batch = self._orig_next(old)
-                if old is not self.owner:
-                    self.owner._num_yielded += 1
+                if old is not owner:
+                    owner._num_yielded += 1
                 return self._counted(batch)
             except StopIteration:
                 self.draining.pop(0)
@@ -111,13 +115,16 @@ class Rebuilt:
         if self.new_iter is None:
             raise StopIteration
         batch = self._orig_next(self.new_iter)
-        self.owner._num_yielded += 1
+        owner._num_yielded += 1
         return self._counted(batch)
 
     def _counted(self, batch):
         if self.counter is not None:
             self.counter._num_yielded += batch_size_of(batch)
         return batch
+
+
+OWNER = object()  # in Rebuilt.draining: the script's own iterator
 
 
 class LoaderPart(Part):
@@ -149,7 +156,7 @@ class LoaderPart(Part):
                 return part.first_batch(it, tags)
             source = tags.source if tags is not None else None
             if not clock.timing or not part.on or get_ident() != main_thread:
-                return source.next() if source is not None else orig_next(it)
+                return source.next(it) if source is not None else orig_next(it)
             entered = False
             try:
                 if clock.backwards_since_step and not optimizer_part.created:
@@ -163,7 +170,7 @@ class LoaderPart(Part):
             if tags is not None:
                 source = tags.source  # a rebuild may have just set it
             try:
-                batch = source.next() if source is not None else orig_next(it)
+                batch = source.next(it) if source is not None else orig_next(it)
             except BaseException:
                 if entered:
                     put((LEAVE, perf_counter_ns()))
@@ -369,7 +376,7 @@ class LoaderPart(Part):
         draining = list(source.draining) if source is not None else []
         remaining = list(current._sampler_iter) if current is not None else []
         if current is not None:
-            draining.append(current)
+            draining.append(OWNER if current is it else current)
         if persistent := getattr(loader, "_iterator", None):
             if persistent is it or persistent is current:
                 loader._iterator = None  # the next epoch must start workers with the new settings
@@ -377,7 +384,7 @@ class LoaderPart(Part):
             remaining = regroup(remaining, loader.batch_size)
         new_loader = loader_over(loader, remaining) if remaining else None
         new_iter = self._orig_iter(new_loader) if new_loader is not None else None
-        tags.source = Rebuilt(it, draining, new_iter, new_loader, self._orig_next, state.counter)
+        tags.source = Rebuilt(draining, new_iter, new_loader, self._orig_next, state.counter)
         self.rebuilt = True
 
 

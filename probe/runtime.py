@@ -189,6 +189,7 @@ class Probe:
     def _before_send(self) -> None:
         """In the publisher's thread, before each send: what the training thread leaves for it."""
         self.clock.flush_untimed()
+        self.clock.let_go_of_dropped_iterator()
         self.loader_part.report()
         self._say_timing()
         if self.forward_part.compile_in_use:
