@@ -16,6 +16,7 @@ is the persistent-workers experiment's to measure.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -92,11 +93,15 @@ class Experiment:
 
 class ExperimentRunner:
     """Drives one experiment at a time. ``send(message)`` reaches the probe(s);
-    ``done(result)`` is called when an experiment concludes."""
+    ``done(result)`` is called when an experiment concludes. The channel's thread (acks),
+    the advisor's (ticks) and the UI's (starts) all drive it: each entry point holds
+    ``lock``, the session's own, so no two can interleave, and ``send`` and ``done``,
+    which take that lock too, cannot take it in another order."""
 
-    def __init__(self, send, done) -> None:
+    def __init__(self, send, done, lock=None) -> None:
         self.send = send
         self.done = done
+        self.lock = lock or threading.RLock()
         self.active: Experiment | None = None
         self._next_exp = 1
 
@@ -110,20 +115,21 @@ class ExperimentRunner:
         change that takes effect at the next epoch: not before an epoch's worth of steps
         is there to compare with. ``startups``: the steps that waited for DataLoader
         workers to start. None if it cannot start now."""
-        apply = advice.get("apply") or {}
-        candidates = list(apply.get("search") or ()) or [apply.get("params", {})]
-        if self.active is not None or not rows:
-            return None
-        exp = Experiment(self._next_exp, advice["id"], apply["action"], candidates,
-                         bool(apply.get("changes_maths")), warmup, rows[-1][_STEP] + 1, epoch)
-        baseline_rows = exp.measured(rows, startups)[-max(BASELINE_STEPS, epoch[0] if epoch else 0):]
-        if not baseline_rows or epoch and len(baseline_rows) < epoch[0]:
-            return None
-        self._next_exp += 1
-        exp.baseline = throughput(baseline_rows)
-        self.active = exp
-        self._apply(exp, exp.current)
-        return exp
+        with self.lock:
+            apply = advice.get("apply") or {}
+            candidates = list(apply.get("search") or ()) or [apply.get("params", {})]
+            if self.active is not None or not rows:
+                return None
+            exp = Experiment(self._next_exp, advice["id"], apply["action"], candidates,
+                             bool(apply.get("changes_maths")), warmup, rows[-1][_STEP] + 1, epoch)
+            baseline_rows = exp.measured(rows, startups)[-max(BASELINE_STEPS, epoch[0] if epoch else 0):]
+            if not baseline_rows or epoch and len(baseline_rows) < epoch[0]:
+                return None
+            self._next_exp += 1
+            exp.baseline = throughput(baseline_rows)
+            self.active = exp
+            self._apply(exp, exp.current)
+            return exp
 
     def _apply(self, exp: Experiment, params: dict) -> None:
         exp.sent_at = time.monotonic()
@@ -133,62 +139,77 @@ class ExperimentRunner:
         self.send({"t": "apply", "exp": exp.exp, "action": exp.action, "params": params})
 
     def on_ack(self, message: dict) -> None:
-        exp = self.active
-        if exp is None or message.get("exp") != exp.exp:
-            return
-        if message.get("t") == "applied" and message.get("params") not in (None, exp.live_params):
-            return  # another rank's answer to an earlier candidate of this search
-        if message.get("t") == "reverted":
-            exp.state = "reverted" if message.get("ok") else "revert failed"
-            self._conclude(exp)
-            return
-        if not message.get("ok"):
-            exp.error = message.get("error") or "failed"
-            if exp.trials:  # a later candidate failed (e.g. OOM): settle on the best one so far
-                self._settle(exp)
-            else:
-                exp.kept, exp.state = False, "failed"
-                # Under DDP another rank may have applied it: undo there too.
-                self.send({"t": "revert", "exp": exp.exp})
+        with self.lock:
+            exp = self.active
+            if exp is None or message.get("exp") != exp.exp:
+                return
+            if message.get("t") == "applied" and message.get("params") not in (None, exp.live_params):
+                return  # another rank's answer to an earlier candidate of this search
+            if message.get("t") == "reverted":
+                exp.state = "reverted" if message.get("ok") else "revert failed"
                 self._conclude(exp)
-            return
-        exp.note = message.get("note") or exp.note
-        step = int(message.get("step", 0))
-        exp.measure_from = step + exp.skip
-        if exp.epoch:
-            # The first epoch to begin after the change starts the workers; the next one
-            # shows what keeping them saves. (An epoch beginning at the very step applied
-            # may have started its workers before: one epoch more is waited then.)
-            length, began = exp.epoch
-            exp.measure_from = began + length * ((step - began) // length + 2)
-        exp.state = "finalizing" if exp.state == "finalizing" else "measuring"
+                return
+            if not message.get("ok"):
+                exp.error = message.get("error") or "failed"
+                if exp.trials:  # a later candidate failed (e.g. OOM): settle on the best one so far
+                    self._settle(exp)
+                else:
+                    exp.kept, exp.state = False, "failed"
+                    # Under DDP another rank may have applied it: undo there too.
+                    self.send({"t": "revert", "exp": exp.exp})
+                    self._conclude(exp)
+                return
+            exp.note = message.get("note") or exp.note
+            step = int(message.get("step", 0))
+            exp.measure_from = step + exp.skip
+            if exp.epoch:
+                # The first epoch to begin after the change starts the workers; the next one
+                # shows what keeping them saves. (An epoch beginning at the very step applied
+                # may have started its workers before: one epoch more is waited then.)
+                length, began = exp.epoch
+                exp.measure_from = began + length * ((step - began) // length + 2)
+            exp.state = "finalizing" if exp.state == "finalizing" else "measuring"
 
     def tick(self, rows: list, startups=frozenset()) -> None:
         """``rows``: recent step rows (one rank), oldest first; ``startups``: the steps
         that waited for DataLoader workers to start."""
-        exp = self.active
-        if exp is None:
-            return
-        if exp.measure_from is None:
-            if time.monotonic() - exp.sent_at > ACK_TIMEOUT_S:
-                exp.kept, exp.state, exp.error = False, "failed", "the training process did not answer"
+        with self.lock:
+            exp = self.active
+            if exp is None:
+                return
+            if exp.measure_from is None:
+                if time.monotonic() - exp.sent_at > ACK_TIMEOUT_S:
+                    exp.kept, exp.state, exp.error = False, "failed", "the training process did not answer"
+                    self._conclude(exp)
+                return
+            window = [r for r in exp.measured(rows, startups) if r[_STEP] >= exp.measure_from]
+            if not enough(window, exp.epoch[0] if exp.epoch else MEASURE_STEPS):
+                return
+            measured = throughput(window)
+            if exp.state == "finalizing":
                 self._conclude(exp)
-            return
-        window = [r for r in exp.measured(rows, startups) if r[_STEP] >= exp.measure_from]
-        if not enough(window, exp.epoch[0] if exp.epoch else MEASURE_STEPS):
-            return
-        measured = throughput(window)
-        if exp.state == "finalizing":
-            self._conclude(exp)
-            return
-        exp.trials.append((exp.current, measured))
-        best_before = max((s for _, s in exp.trials[:-1]), default=exp.baseline)
-        improved = measured > best_before * (1 + NOISE)
-        if improved and exp.index + 1 < len(exp.candidates):
-            exp.index += 1
-            self._apply(exp, exp.current)
-            return
-        self._settle(exp)
+                return
+            exp.trials.append((exp.current, measured))
+            best_before = max((s for _, s in exp.trials[:-1]), default=exp.baseline)
+            improved = measured > best_before * (1 + NOISE)
+            if improved and exp.index + 1 < len(exp.candidates):
+                exp.index += 1
+                self._apply(exp, exp.current)
+                return
+            self._settle(exp)
+
+    def end_of_run(self) -> None:
+        """The training has ended: conclude the experiment under way, as far as it got.
+        Whatever was applied stayed in effect until the end: that is what "kept" says."""
+        with self.lock:
+            exp = self.active
+            if exp is None:
+                return
+            applied = exp.measure_from is not None or bool(exp.trials)
+            exp.state, exp.kept = "incomplete", applied and exp.state != "reverting"
+            exp.error = "the run ended before the measurement finished"
+            self.active = None
+            self.done(exp.result())
 
     def _settle(self, exp: Experiment) -> None:
         params, best = exp.best()

@@ -56,11 +56,11 @@ class StatusPrinter:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             try:
-                sys.stderr.write(("" if self.session.line_ended else "\n") + status_line(self.session) + "\n")
+                sys.stderr.write(("" if self.session.output.line_ended else "\n") + status_line(self.session) + "\n")
                 for line in self._advice_news() + self._event_news():
                     sys.stderr.write(line + "\n")
                 sys.stderr.flush()
-                self.session.line_ended = True
+                self.session.output.line_ended = True
             except Exception:  # the status line is a convenience: never take the run down
                 pass
 

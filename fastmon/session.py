@@ -7,11 +7,9 @@ step records are never pushed at them one by one.
 
 from __future__ import annotations
 
-import codecs
 import collections
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -25,10 +23,10 @@ from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
-from fastmon.probe.output import OUTPUT_LOG
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.sample_count import samples_in_first
 from fastmon.samplers import GpuSampler, HostSampler
+from fastmon.script_output import ScriptOutput
 from fastmon.step_events import StepAssembler
 from fastmon.wire import SEND_EVERY
 
@@ -37,7 +35,6 @@ ADVISOR_WINDOW = 200  # steps the advisor looks at
 ADVISE_EVERY = 1.0
 PROFILE_STEPS = 5  # steps in a torch.profiler capture unless asked otherwise
 SAMPLE_EVERY = 0.5
-OUTPUT_KEPT = 256 * 2**20  # bytes of the script's output recorded (all of it passes through)
 MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representative
 # Under DDP a change is scheduled this far ahead of the furthest rank the monitor has heard
 # of: a rank's steps arrive once a publisher round, so it may be a round past what the
@@ -98,22 +95,18 @@ class LiveState:
 class Session:
     def __init__(self, options: RunOptions, passthrough: bool = False) -> None:
         self.options = options
-        self.passthrough = passthrough
-        self.output_kept = self.output_dropped = 0  # bytes of the script's output recorded, and past the bound
-        self.output_log = -1
-        self.output_lock = threading.Lock()  # the two pumps share output.log's offset
-        # Whether what the script last printed to the terminal ended its line: a progress
-        # bar (tqdm) does not, and a status line written after it must start a new one.
-        self.line_ended = True
+        self._passthrough = passthrough
+        self.output: ScriptOutput | None = None
         self.state = LiveState()
         self.lock = threading.RLock()
+        self._advise_lock = threading.Lock()  # the advisor's thread, and finish() for a last look
         self.proc: subprocess.Popen | None = None
         self.run_dir: Path | None = None
         self.recorder: Recorder | None = None
         self.channel: ChannelServer | None = None
         self.gpu = GpuSampler()
         self.state.gpu_note = self.gpu.note
-        self.experiments = ExperimentRunner(self._send_control, self._experiment_done)
+        self.experiments = ExperimentRunner(self._send_control, self._experiment_done, self.lock)
         self._assemblers: dict[int, StepAssembler] = {}  # rank -> its step rows from its event log
         self.dismissed: set[str] = set()
         self.tried: set[str] = set()
@@ -128,6 +121,17 @@ class Session:
         self._stop = threading.Event()
         self._finish_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+
+    @property
+    def passthrough(self) -> bool:
+        """The script's output goes through to fastmon's own (headless, or detached)."""
+        return self._passthrough
+
+    @passthrough.setter
+    def passthrough(self, value: bool) -> None:
+        self._passthrough = value
+        if self.output is not None:
+            self.output.passthrough = value
 
     # --- start ------------------------------------------------------------------------
     @property
@@ -170,11 +174,9 @@ class Session:
         finally:
             os.close(out_write)
             os.close(err_write)
-        # Not O_APPEND: splice(2) refuses such a file; the pumps keep the offset (_take_output).
-        self.output_log = os.open(self.run_dir / OUTPUT_LOG, os.O_RDWR | os.O_CREAT, 0o600)
+        self.output = ScriptOutput(self.run_dir, self._on_output, self._ask_to_close_output, self.passthrough)
         self.state.status = "running"
-        self._spawn(self._pump, "stdout", out_read)
-        self._spawn(self._pump, "stderr", err_read)
+        self.output.start({"stdout": out_read, "stderr": err_read})
         self._spawn(self._sample_loop)
         self._spawn(self._advise_loop)
 
@@ -185,47 +187,10 @@ class Session:
             self.state.events.append({"kind": "record_error", "message": text})
         if self.passthrough:
             try:
-                sys.stderr.write(("" if self.line_ended else "\n") + text + "\n")
+                sys.stderr.write(("" if self.output is None or self.output.line_ended else "\n") + text + "\n")
                 sys.stderr.flush()
             except (OSError, ValueError):
                 pass
-
-    def _take_output(self, fd: int) -> tuple[bytes, bool] | None:
-        """The next chunk of a stream and whether it is recorded; None at its end. Up to
-        OUTPUT_KEPT bytes are recorded, each moved from the pipe into output.log by the
-        kernel (splice) before it is read back: there is no moment when a killed monitor
-        holds output that is neither in the pipe (which the trainer then drains) nor in the
-        log. Past that bound a chunk is read, counted and only passed through."""
-        select.select([fd], [], [])  # no lock held while the stream is quiet
-        with self.output_lock:
-            if self.output_kept < OUTPUT_KEPT and self.output_log >= 0:
-                try:
-                    moved = os.splice(fd, self.output_log, 65536, offset_dst=self.output_kept,
-                                      flags=os.SPLICE_F_NONBLOCK)
-                except BlockingIOError:
-                    return b"", False
-                except (OSError, AttributeError):  # no splice (not Linux): read, then append
-                    moved = None
-                if moved == 0:
-                    return None
-                if moved is not None:
-                    data = os.pread(self.output_log, moved, self.output_kept)
-                    self.output_kept += moved
-                    return data, True
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            return None
-        if not data:
-            return None
-        with self.output_lock:
-            keep = self.output_kept + len(data) <= OUTPUT_KEPT and self.output_log >= 0
-            if keep:
-                os.pwrite(self.output_log, data, self.output_kept)
-                self.output_kept += len(data)
-            elif self.output_log >= 0:  # (after the run's end, output is only passed through)
-                self.output_dropped += len(data)
-        return data, keep
 
     def _spawn(self, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"fastmon-{target.__name__}")
@@ -233,29 +198,18 @@ class Session:
         self._threads.append(thread)
 
     # --- inputs -----------------------------------------------------------------------
-    def _pump(self, stream_name: str, fd: int) -> None:
-        out = getattr(sys, stream_name)
-        # A character split across two reads is one character, not two U+FFFD
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        while (taken := self._take_output(fd)) is not None:
-            data, kept = taken
-            if not data:
-                continue
-            if self.passthrough:
-                try:
-                    out.buffer.write(data)
-                    out.flush()
-                    self.line_ended = data.endswith(b"\n")
-                except (OSError, ValueError, AttributeError):
-                    pass
-            if not kept:
-                continue
-            text = decoder.decode(data)
-            self.recorder.put("log", (time.time(), stream_name, text))
-            with self.lock:
-                self.state.output.append((stream_name, text))
-                self.state.output_seq += 1
-        os.close(fd)
+    def _on_output(self, stream: str, text: str) -> None:
+        self.recorder.put("log", (time.time(), stream, text))
+        with self.lock:
+            self.state.output.append((stream, text))
+            self.state.output_seq += 1
+
+    def _ask_to_close_output(self, stream: str) -> bool:
+        """The trainer holds a copy of the stream's read end (not under torchrun): ask it to
+        close that, so the script's next write meets the broken pipe."""
+        if self.options.torchrun is not None or self.channel is None:
+            return False
+        return self.channel.send({"t": "output_closed", "stream": stream}) > 0
 
     def _on_message(self, message: dict) -> None:
         kind = message.get("t")
@@ -303,6 +257,8 @@ class Session:
             elif kind in ("applied", "reverted"):
                 rec.put("events", (time.time(), 0, message.get("step"), kind, json.dumps(message, default=str)))
                 self.experiments.on_ack(message)
+            elif kind == "output_closed":
+                self.output.closed_by_trainer(message.get("stream"))
             elif kind == "bye":
                 state.dropped += int(message.get("dropped", 0))
                 self.steps_made[message.get("rank", 0)] = message.get("steps")
@@ -387,6 +343,10 @@ class Session:
                     self.state.events.append({"kind": "advisor_error", "error": repr(exc)})
 
     def advise_once(self) -> None:
+        with self._advise_lock:
+            self._advise()
+
+    def _advise(self) -> None:
         rows = self.measured_rows()
         usable = rows[MIN_ADVISE_STEPS:] if len(rows) > MIN_ADVISE_STEPS * 2 else []
         with self.lock:
@@ -496,8 +456,7 @@ class Session:
         code = self.proc.wait()
         with self._finish_lock:
             if self.state.ended is None:
-                for thread in self._threads[:2]:  # the output pumps: everything printed is kept
-                    thread.join(timeout=5)
+                self.output.wait_after_exit()  # everything printed is kept
                 self.finish(code)
         return self.state.exit_code
 
@@ -512,15 +471,8 @@ class Session:
             self.advise_once()
         except Exception:
             pass
+        self.experiments.end_of_run()
         with self.lock:
-            active = self.experiments.active
-            if active is not None:
-                # Whatever was applied stayed in effect until the end: that is what "kept" says.
-                applied = active.measure_from is not None or bool(active.trials)
-                active.state, active.kept = "incomplete", applied and active.state != "reverting"
-                active.error = "the run ended before the measurement finished"
-                self.experiments.active = None
-                self._experiment_done(active.result())
             self.state.exit_code = exit_status(code)
             self.state.status = "finished" if code == 0 else "crashed"
             self.state.ended = time.time()
@@ -531,11 +483,7 @@ class Session:
         if self.channel is not None:
             self.recorder.meta("channel", {"refused": self.channel.refused,
                                            "failed_messages": self.channel.failed_messages})
-        self.recorder.meta("output", {"kept_bytes": self.output_kept, "dropped_bytes": self.output_dropped})
-        with self.output_lock:
-            if self.output_log >= 0:
-                os.close(self.output_log)
-                self.output_log = -1
+        self.recorder.meta("output", self.output.close())
         self.recorder.close()
         if self.channel is not None:
             self.channel.close()

@@ -12,20 +12,32 @@ import sys
 import traceback
 import zipfile
 
+import fastmon
+
 EXIT_USAGE = 2
+# The probe's hooks and what they call: no frame of the user's traceback is in here.
+FASTMON_DIRS = tuple({os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, fastmon.__file__)})
 
 
 def _print_user_traceback(exc: BaseException) -> None:
-    """The traceback as python would print it: without runpy's and fastmon's frames."""
-    tb = exc.__traceback__
-    here = os.path.dirname(os.path.abspath(__file__))
-    while tb is not None and (
-        tb.tb_frame.f_code.co_filename.startswith(here)
-        or "runpy" in os.path.basename(tb.tb_frame.f_code.co_filename)
-    ):
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+    """The traceback as python would print it: without runpy's frames before the script's,
+    nor fastmon's wherever its hooks stood between the script and torch."""
+    report = traceback.TracebackException.from_exception(exc)
+    _drop_own_frames(report, set())
+    sys.stderr.write("".join(report.format()))
     sys.stderr.flush()
+
+
+def _drop_own_frames(report, seen: set) -> None:
+    if report is None or id(report) in seen:
+        return
+    seen.add(id(report))
+    frames = [frame for frame in report.stack if not frame.filename.startswith(FASTMON_DIRS)]
+    while frames and "runpy" in os.path.basename(frames[0].filename):
+        del frames[0]
+    report.stack = traceback.StackSummary.from_list(frames)
+    for chained in (report.__cause__, report.__context__, *(getattr(report, "exceptions", None) or ())):
+        _drop_own_frames(chained, seen)
 
 
 def _module_exists(name: str) -> bool:
@@ -85,7 +97,9 @@ def main() -> None:
         take_socket_folder()
 
     atexit.register(take_socket_folder)  # again at the end: a killed monitor may not be reaped yet when it goes
-    install(channel).publisher.on_lost = monitor_gone
+    publisher = install(channel).publisher
+    publisher.on_lost = monitor_gone
+    publisher.on_output_closed = keeper.let_go
 
     try:
         if module is not None:
@@ -95,7 +109,7 @@ def main() -> None:
             sys.argv = [script, *rest]
             if os.path.isfile(script) and not zipfile.is_zipfile(script):
                 sys.path[0] = os.path.dirname(os.path.abspath(script))
-                runpy.run_path(script, run_name="__main__")
+                runpy.run_path(os.path.abspath(script), run_name="__main__")  # __file__ absolute, as python's
             else:
                 # A folder or zip, run by its __main__.py. runpy puts the path first on sys.path
                 # and names __file__ from it: absolute, as python's are (sys.argv[0] too, which

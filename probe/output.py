@@ -24,8 +24,8 @@ ENV = "FASTMON_OUTPUT_FDS"
 
 
 class OutputKeeper:
-    def __init__(self, read_fds: list[int], run_dir: str | None) -> None:
-        self.read_fds = read_fds
+    def __init__(self, read_fds: dict[str, int], run_dir: str | None) -> None:
+        self.read_fds = read_fds  # "stdout" / "stderr" -> the read end held here
         self.path = os.path.join(run_dir, OUTPUT_LOG) if run_dir else os.devnull
         self.orphaned = False
         self._lock = threading.Lock()
@@ -36,7 +36,7 @@ class OutputKeeper:
             if self.orphaned or not self.read_fds:
                 return
             self.orphaned = True
-        for fd in self.read_fds:
+        for fd in self.read_fds.values():
             threading.Thread(target=self._drain, args=(fd,), name="fastmon-output", daemon=True).start()
 
     def _drain(self, fd: int) -> None:
@@ -56,13 +56,23 @@ class OutputKeeper:
             except OSError:
                 pass
 
+    def let_go(self, stream) -> bool:
+        """fastmon's own stream lost its reader (``| head``): close the copy held here, so
+        that the script's next write meets the broken pipe it would have met without
+        fastmon. Not once the monitor is gone: this process drains the pipe then."""
+        with self._lock:
+            if self.orphaned or stream not in self.read_fds:
+                return False
+            os.close(self.read_fds.pop(stream))
+            return True
+
     def close(self, wait: float = 1.0) -> None:
         """At the script's end, with no monitor: let the drains empty the pipes (they keep
         the order), for up to ``wait`` seconds."""
         if not self.orphaned:
             return
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(unread(fd) for fd in self.read_fds):
+        while time.monotonic() < deadline and any(unread(fd) for fd in self.read_fds.values()):
             time.sleep(0.01)
 
 
@@ -75,13 +85,13 @@ def unread(fd: int) -> int:
 
 def keep_output(run_dir: str | None) -> OutputKeeper:
     """The keeper of the read ends the monitor passed down, if any (torchrun's ranks have none)."""
-    fds = []
-    for text in filter(None, os.environ.pop(ENV, "").split(",")):
+    fds = {}
+    for stream, text in zip(("stdout", "stderr"), os.environ.pop(ENV, "").split(",")):
         try:
             fd = int(text)
             os.fstat(fd)
         except (ValueError, OSError):
             continue
         os.set_inheritable(fd, False)
-        fds.append(fd)
+        fds[stream] = fd
     return OutputKeeper(fds, run_dir)

@@ -43,6 +43,9 @@ class Publisher:
         self.control: collections.deque = collections.deque()
         self.on_control = lambda: None  # called on this thread after commands arrive
         self.on_lost = lambda: None  # called once the monitor is gone
+        # Called on this thread with a stream's name when fastmon's own has lost its reader
+        # (fastmon.script_output); True once this process let go of its read end.
+        self.on_output_closed = lambda stream: False
         self.dropped = 0
         self._sock: socket.socket | None = None
         self._reader = wire.FrameReader()
@@ -170,8 +173,19 @@ class Publisher:
         except ValueError:
             self._lose_connection()
             return
+        for command in [c for c in commands if c.get("t") == "output_closed"]:
+            commands.remove(command)
+            self._output_closed(command.get("stream"))
         if commands:
             self.deliver(commands)
+
+    def _output_closed(self, stream) -> None:
+        try:
+            let_go = self.on_output_closed(stream)
+        except Exception:
+            let_go = False
+        if let_go:
+            self.message({"t": "output_closed", "stream": stream})
 
     def _run(self) -> None:
         # The wait is on the socket itself: a command is read as soon as it arrives, and a

@@ -196,3 +196,55 @@ def test_a_full_disk_loses_no_training_and_counts_every_step_not_written(tmp_pat
     summary = json.loads(out.stdout)
     assert 20 <= summary["steps"] < 400
     assert summary["dropped"] == 400 - summary["steps"] > 0
+
+
+def test_a_helper_that_outlives_the_script_does_not_hold_fastmon(tmp_path):
+    # python returns when the script ends; the helper's later output still reaches the terminal.
+    go = tmp_path / "go"
+    proc = subprocess.Popen(fastmon_cmd("run", "--headless", SCRIPTS / "leaves_helper.py", go), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env())
+    try:
+        assert proc.wait(timeout=120) == 0
+        helper = int(proc.stdout.readline().split()[1])
+        assert psutil.pid_exists(helper)  # fastmon is back while the helper still runs
+        go.touch()
+        assert proc.stdout.read() == b"helper done\n"
+    finally:
+        go.touch()
+        proc.kill()
+    (run,) = run_dirs(tmp_path)
+    assert (run / "output.log").read_text().startswith("helper ")
+
+
+@pytest.mark.parametrize("launcher", ["python", "fastmon"])
+def test_a_closed_pipe_downstream_stops_the_script_as_under_python(tmp_path, launcher):
+    # `... | head -n 3`: the script's next print meets the broken pipe, and ends with its exit code.
+    done = tmp_path / "done"
+    script = [SCRIPTS / "writes_every_way.py", "--steps", "2000", "--step-ms", "5", "--lines", "1", "--done-file", done]
+    command = [sys.executable, *script] if launcher == "python" else fastmon_cmd("run", "--headless", *script)
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        assert [proc.stdout.readline() for _ in range(3)] == [b"line 0 0\n", b"line 1 0\n", b"line 2 0\n"]
+        proc.stdout.close()
+        stderr = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 1
+    finally:
+        proc.kill()
+    assert "BrokenPipeError" in stderr
+    assert not done.exists()
+
+
+@pytest.mark.parametrize("where", ["worker", "forward", "backward"])
+def test_an_error_raised_through_fastmons_hooks_reads_as_under_python(tmp_path, where):
+    script = [SCRIPTS / "raises_inside.py", "--where", where]
+    bare = subprocess.run([sys.executable, *script], capture_output=True, text=True, timeout=120, env=clean_env())
+    under = subprocess.run(fastmon_cmd("run", "--headless", *script), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=240, env=clean_env())
+    assert bare.returncode == under.returncode == 1
+    frames = [line for line in under.stderr.splitlines() if line.startswith('  File "')]
+    assert frames and not [line for line in frames if "fastmon" in line or "/probe/" in line]
+    if where == "forward":  # torch's module call takes another path when hooks are in: its frames differ
+        mine = str(SCRIPTS / "raises_inside.py")
+        assert [f for f in frames if mine in f] == [f for f in bare.stderr.splitlines() if mine in f]
+    else:
+        assert bare.stderr in under.stderr

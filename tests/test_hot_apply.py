@@ -6,6 +6,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -34,6 +35,19 @@ def test_live_rebuilds_serve_every_sample_once_per_epoch(tmp_path, persistent, s
         assert sorted(seen) == list(range(1000))
     if not shuffle:
         assert all(seen == list(range(1000)) for seen in epochs)  # order kept too
+
+
+def test_workers_of_an_epoch_left_by_break_stop_as_under_python():
+    # Rebuilt loaders' workers once lived on in a reference cycle, each epoch's more, until
+    # the garbage collector joined them 5 s each inside a later iter().
+    done = subprocess.run([sys.executable, SCRIPTS / "breaks_epochs.py"], capture_output=True, text=True,
+                          timeout=180, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    assert "acks 12 of 12" in done.stdout
+    during = [line.split() for line in done.stdout.splitlines() if line.startswith("epoch")]
+    assert len(during) == 6 and all(alive == setting for *_, alive, _, setting in during), done.stdout
+    after = [line.split()[-1] for line in done.stdout.splitlines() if line.startswith("after epoch")]
+    assert after == ["0"] * 6, done.stdout
 
 
 def test_spawned_workers_restarting_each_epoch_are_made_persistent_first(run_fastmon, report, tmp_path):
@@ -356,3 +370,36 @@ def test_the_optimizer_is_switched_to_foreach_and_back(tmp_path):
         "    if step == 7: probe.publisher.deliver([{'t': 'revert', 'exp': 1}])\n"
         "print(seen)\n")
     assert out.strip() == str([False] * 4 + [True] * 4 + [False] * 4)
+
+
+def test_the_channel_the_advisor_and_the_ui_take_turns_at_the_runner():
+    # Acks come on the channel's thread, ticks on the advisor's, starts on the UI's, the end
+    # on the launcher's: while one holds the session's lock, every other entry waits.
+    from fastmon.session import RunOptions, Session
+
+    session = Session(RunOptions(target=["train.py"]))
+    assert session.experiments.lock is session.lock
+    results, errors = [], []
+    runner = ExperimentRunner(Probe(), results.append, session.lock)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    entries = [lambda: runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30}),
+               lambda: runner.tick(step_rows(30, 400, 150.0)),
+               lambda: runner.start(advice(), step_rows(0, 30, 100.0)),
+               runner.end_of_run]
+
+    def call(entry):
+        try:
+            entry()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    for entry in entries:
+        with session.lock:  # another thread is inside, say
+            thread = threading.Thread(target=call, args=(entry,))
+            thread.start()
+            thread.join(timeout=0.2)
+            assert thread.is_alive()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    assert not errors
+    assert [r["exp"] for r in results] == [1, 2]  # kept at the tick; the second ended with the run
