@@ -6,6 +6,11 @@ from dataclasses import asdict, dataclass, field
 
 HOT_APPLY = "hot_apply"
 CODE_CHANGE = "code_change"
+# A problem is measured in this run (evidence, estimated gain, fix); a suggestion is a good
+# habit the run lacks (a learning-rate schedule), with no cost measured. A healthy run has
+# no problems; it may have suggestions.
+PROBLEM = "problem"
+SUGGESTION = "suggestion"
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class Advice:
     location: str | None = None
     apply: Apply | None = None
     confidence: str = "high"
+    kind: str = PROBLEM
 
     def to_dict(self) -> dict:
         out = asdict(self)

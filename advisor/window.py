@@ -2,7 +2,9 @@
 
 Steps, time and samples count every row. Phases, counts and memory come from the timed
 rows (``timed`` 1; on short steps the probe times a random sample of them): medians and
-per-step figures are theirs, and ``phase_totals`` are scaled up to the whole window's time."""
+per-step figures are theirs, and ``phase_totals`` are scaled up to the window's training
+time. Phases leave out the steps that held evaluation forwards (an eval pass run inside
+a training step, as accelerate's and Lightning's loops do): theirs is not training's time."""
 
 from __future__ import annotations
 
@@ -83,10 +85,12 @@ class Window:
         if not timed:
             return w
         col = lambda name: [r[_I[name]] or 0 for r in timed]  # noqa: E731
-        timed_wall = sum(col("wall"))
-        scale = w.wall / timed_wall if timed_wall > 0 else 0.0
+        training = [r for r in timed if not r[_I["eval_forwards"]]] or timed
+        evaluating = sum(r[_I["wall"]] for r in timed) - sum(r[_I["wall"]] for r in training)
+        training_wall = sum(r[_I["wall"]] for r in training)
+        scale = (w.wall - evaluating) / training_wall if training_wall > 0 else 0.0
         for phase in PHASES:
-            values = col(phase)
+            values = [r[_I[phase]] or 0 for r in training]
             w.phase_totals[phase] = sum(values) * scale
             w.phase_median[phase] = quantile(values, 0.5)
             w.phase_p90[phase] = quantile(values, 0.9)

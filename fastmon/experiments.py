@@ -2,11 +2,14 @@
 before and after, keep it if it helped beyond noise, revert it if it hurt or failed.
 
 A search (e.g. num_workers 2, 4, 8, ...) tries candidates in turn while each beats the
-best so far, then settles on the best. A change that shows only at epoch starts
+best so far, then settles on the fewest within noise of the best. A change that shows only at epoch starts
 (persistent workers) is measured over whole epochs: before, the last epoch's worth of
 steps; after, an epoch's worth from the second epoch start after the change (the first
-one starts the workers that then persist). Changes that alter the maths of training (AMP,
-TF32) must also beat noise to be kept; safe ones are kept unless they hurt.
+one starts the workers that then persist). The verdict carries an interval from the
+spread of each window's blocks (never narrower than ±NOISE; just ±NOISE over whole
+epochs, whose blocks differ by design): "faster" when it lies above
+1, "slower" below, else "no measurable change", which keeps a safe change (harmless) and
+reverts one that alters the maths of training (AMP, TF32).
 
 Every other change is measured without the steps that waited for DataLoader workers to
 start at an epoch's start: whether an epoch begins inside a window is the luck of where
@@ -21,8 +24,10 @@ import time
 from dataclasses import dataclass, field
 
 from fastmon.phases import STEP_FIELDS
+from fastmon.verdicts import FASTER, NO_CHANGE, NOT_MEASURED, SLOWER
 
-NOISE = 0.05  # relative throughput change treated as noise
+NOISE = 0.05  # relative throughput change treated as noise, at the least
+BLOCKS = 4  # a window's blocks, whose spread gives the interval
 BASELINE_STEPS = 20
 MEASURE_STEPS = 16
 MIN_MEASURE_SECONDS = 0.75
@@ -37,6 +42,17 @@ def throughput(rows) -> float:
     an outlier: workers deliver batches in bursts, so slow steps are part of the rate."""
     wall = sum(r[_WALL] for r in rows)
     return sum(r[_SAMPLES] for r in rows) / wall if wall > 0 else 0.0
+
+
+def relative_error(rows) -> float:
+    """The standard error of a window's throughput, relative to it, from its blocks' rates."""
+    size = max(1, len(rows) // BLOCKS)
+    rates = [throughput(rows[i:i + size]) for i in range(0, len(rows) - size + 1, size)]
+    mean = sum(rates) / len(rates) if rates else 0.0
+    if len(rates) < 2 or mean <= 0:
+        return 0.0
+    variance = sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)
+    return (variance / len(rates)) ** 0.5 / mean
 
 
 def enough(rows, span: int) -> bool:
@@ -54,7 +70,8 @@ class Experiment:
     started_step: int
     epoch: tuple[int, int] | None = None  # (steps in an epoch, a step at which one began)
     baseline: float = 0.0
-    trials: list = field(default_factory=list)  # [(params, samples_per_s)]
+    baseline_error: float = 0.0  # relative_error of the baseline window
+    trials: list = field(default_factory=list)  # [(params, samples_per_s, relative error)]
     state: str = "applying"
     index: int = 0
     measure_from: int | None = None
@@ -77,18 +94,45 @@ class Experiment:
     def current(self) -> dict:
         return self.candidates[self.index]
 
-    def best(self):
-        return max(self.trials, key=lambda t: t[1]) if self.trials else (None, 0.0)
+    def best(self) -> tuple:
+        """The trial to settle on: of those within noise of the fastest, the first tried
+        (in a worker search, the fewest workers): the same answer run after run."""
+        if not self.trials:
+            return None, 0.0, 0.0
+        fastest = max(rate for _, rate, _ in self.trials)
+        return next(t for t in self.trials if t[1] >= fastest * (1 - NOISE))
+
+    def interval(self) -> tuple[float, float, float] | None:
+        """The settled trial's speed-up over the baseline, and its ~95% interval."""
+        _, after, error = self.best()
+        if not self.trials or not self.baseline:
+            return None
+        ratio = after / self.baseline
+        # Over whole epochs the blocks differ by design (one holds the epoch's start): that
+        # spread is the thing measured, not noise.
+        spread = 0.0 if self.epoch else 2 * (error ** 2 + self.baseline_error ** 2) ** 0.5
+        half = max(NOISE, spread)
+        return ratio, ratio * (1 - half), ratio * (1 + half)
+
+    def verdict(self) -> str:
+        measured = self.interval()
+        if measured is None:
+            return NOT_MEASURED
+        _, low, high = measured
+        return FASTER if low > 1 else SLOWER if high < 1 else NO_CHANGE
 
     def result(self) -> dict:
-        params, after = self.best()
+        params, after, _ = self.best()
+        measured = self.interval()
         return {"exp": self.exp, "id": self.advice_id, "action": self.action, "step": self.started_step,
                 "params": self.final_params or params or self.live_params or self.candidates[0],
-                "tried": [{"params": p, "samples_per_s": round(s, 2)} for p, s in self.trials],
+                "tried": [{"params": p, "samples_per_s": round(s, 2)} for p, s, _ in self.trials],
                 "before_samples_per_s": round(self.baseline, 2),
                 "after_samples_per_s": round(after, 2) if self.trials else None,
-                "speedup": round(after / self.baseline, 3) if self.trials and self.baseline else None,
-                "kept": bool(self.kept), "state": self.state, "error": self.error, "note": self.note}
+                "speedup": round(measured[0], 3) if measured else None,
+                "speedup_interval": [round(measured[1], 3), round(measured[2], 3)] if measured else None,
+                "verdict": self.verdict(), "kept": bool(self.kept), "state": self.state, "error": self.error,
+                "note": self.note}
 
 
 class ExperimentRunner:
@@ -126,7 +170,7 @@ class ExperimentRunner:
             if not baseline_rows or epoch and len(baseline_rows) < epoch[0]:
                 return None
             self._next_exp += 1
-            exp.baseline = throughput(baseline_rows)
+            exp.baseline, exp.baseline_error = throughput(baseline_rows), relative_error(baseline_rows)
             self.active = exp
             self._apply(exp, exp.current)
             return exp
@@ -189,8 +233,8 @@ class ExperimentRunner:
             if exp.state == "finalizing":
                 self._conclude(exp)
                 return
-            exp.trials.append((exp.current, measured))
-            best_before = max((s for _, s in exp.trials[:-1]), default=exp.baseline)
+            exp.trials.append((exp.current, measured, relative_error(window)))
+            best_before = max((s for _, s, _ in exp.trials[:-1]), default=exp.baseline)
             improved = measured > best_before * (1 + NOISE)
             if improved and exp.index + 1 < len(exp.candidates):
                 exp.index += 1
@@ -212,9 +256,9 @@ class ExperimentRunner:
             self.done(exp.result())
 
     def _settle(self, exp: Experiment) -> None:
-        params, best = exp.best()
-        ratio = best / exp.baseline if exp.baseline else 0.0
-        keep = ratio >= 1 + NOISE or (not exp.changes_maths and ratio > 1 - NOISE)
+        params = exp.best()[0]
+        verdict = exp.verdict()
+        keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
         if not keep:
             exp.kept, exp.state = False, "reverting"
             exp.measure_from = None

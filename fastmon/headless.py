@@ -6,10 +6,11 @@ from __future__ import annotations
 import sys
 import threading
 
-from fastmon.advisor.types import gain_text
 from fastmon.advisor import Window, recent
+from fastmon.advisor.types import SUGGESTION, gain_text
 from fastmon.phases import PHASE_LABELS, PHASES
 from fastmon.report import profile_lines, spawned_line
+from fastmon.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
 STATUS_WINDOW = 50
@@ -22,7 +23,7 @@ def status_line(session) -> str:
         rank0 = state.ranks.get(0)
         steps = rank0.steps if rank0 else 0
         gpu = state.gpu[-1] if state.gpu else None
-        applying = [a for a in state.advice.values() if a.get("status") == "applying"]
+        applying = [a for a in state.advice.values() if a.get("status") == APPLYING]
     if not steps:
         # "0.0 steps/s" while the script imports and loads its data reads like a stall
         return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
@@ -79,9 +80,10 @@ class StatusPrinter:
                 if key in self._seen_advice:
                     continue
                 self._seen_advice.add(key)
-                if advice.get("status") == "open":
+                if advice.get("status") == OPEN:
                     gain = f" ({gain_text(advice['est_gain'])})" if advice.get("est_gain") else ""
+                    gain += " (a suggestion)" if advice.get("kind") == SUGGESTION else ""
                     out.append(f"[fastmon] advice {advice['id']}: {advice['title']}{gain} — {advice['evidence']}")
-                elif advice.get("status") not in ("applying", "dismissed"):
-                    out.append(f"[fastmon] {advice['id']}: {advice['status']}")
+                elif advice.get("result"):
+                    out.append(f"[fastmon] {advice['id']}: {result_text(advice['result'])}")
         return out

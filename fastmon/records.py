@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.verdicts import STATUSES, advice_status
 
 FLUSH_EVERY = 0.5
 RECORD_FILE = "run.sqlite"
@@ -232,7 +233,11 @@ class RunRecord:
         return [(t, s, _json(d, f"a {s} sample")) for t, s, d in self.db.execute(query, (source,) if source else ())]
 
     def advice(self) -> list[dict]:
-        return [_json(d, "advice") for (d,) in self.db.execute("SELECT data FROM advice ORDER BY t")]
+        out = [_json(d, "advice") for (d,) in self.db.execute("SELECT data FROM advice ORDER BY t")]
+        for advice in out:  # records before 2026-12-05 kept the verdict's display text as the status
+            if advice.get("status") not in STATUSES and advice.get("result"):
+                advice["status"] = advice_status(advice["result"])
+        return out
 
     def applied(self) -> list[dict]:
         return [_json(d, "applied changes") for (d,) in self.db.execute("SELECT data FROM applied ORDER BY exp")]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fastmon.advisor.types import gain_text
+from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
 from fastmon.phases import PHASES
+from fastmon.verdicts import is_recommended, result_text
 
 
 def mib(n) -> str:
@@ -134,12 +135,15 @@ def format_text(s: dict) -> str:
     if s.get("profile_at") is not None and not any(c["first"] >= s["profile_at"] for c in s.get("profiles") or []):
         lines += ["", f"  torch.profiler: no capture; --profile-at {s['profile_at']}, and the run ended after "
                       f"{s['steps']} steps"]
-    if s["advice"]:
-        lines.append("")
-        lines.append("  advice:")
-        for a in s["advice"]:
-            gain = f" ({gain_text(a['est_gain'])})" if a.get("est_gain") else ""
-            status = f" [{a['status']}]" if a.get("status") and a["status"] != "open" else ""
+    # Refuted advice is not repeated: its experiment, with the figure, is under "applied live".
+    recommended = [a for a in s["advice"] if is_recommended(a)]
+    for kind, heading in ((PROBLEM, "advice"), (SUGGESTION, "suggestions (good habits; nothing measured)")):
+        listed = [a for a in recommended if a.get("kind", PROBLEM) == kind]
+        if listed:
+            lines += ["", f"  {heading}:"]
+        for a in listed:
+            gain = f" ({gain_text(a['est_gain'])})" if a.get("est_gain") and not a.get("measured") else ""
+            status = f" [{result_text(a['measured'])}]" if a.get("measured") else ""
             lines.append(f"   • {a['id']}: {a['title']}{gain}{status}")
             lines.append(f"       {a['evidence']}")
             if a.get("location") and a["location"] not in a["evidence"]:  # said once is enough
@@ -149,11 +153,11 @@ def format_text(s: dict) -> str:
         lines.append("  applied live:")
         for a in s["applied"]:
             after = a.get("after_samples_per_s")
-            measured = (f"{a['before_samples_per_s']:,.1f} → {after:,.1f} samples/s ({a['speedup']:.2f}x)"
-                        if after is not None else f"{a['before_samples_per_s']:,.1f} samples/s before, after not measured")
-            verdict = "kept" if a["kept"] else "failed" if a.get("state") == "failed" else "reverted"
-            lines.append(f"   • {a['id']} {a.get('params')} at step {a['step']}: {measured} — {verdict}"
-                         + (f" ({a['error']})" if a.get("error") else ""))
+            measured = (f"{a['before_samples_per_s']:,.1f} → {after:,.1f} samples/s"
+                        if after is not None else f"{a['before_samples_per_s']:,.1f} samples/s before")
+            lines.append(f"   • {a['id']} {a.get('params')} at step {a['step']}: {measured} — {result_text(a)}"
+                         + (f" ({a['error']})" if a.get("error") and a.get("state") not in ("failed", "incomplete")
+                            else ""))
     if s["permanent_changes"]:
         lines.append("")
         lines.append("  make it permanent (so the next run starts fast without fastmon):")

@@ -28,6 +28,7 @@ from fastmon.sample_count import samples_in_first
 from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.script_output import ScriptOutput
 from fastmon.step_events import StepAssembler
+from fastmon.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.wire import SEND_EVERY
 
 HISTORY = 20_000  # step rows kept in memory per rank for the screens
@@ -361,9 +362,9 @@ class Session:
                 entry = self.state.advice.get(advice.id)
                 data = advice.to_dict()
                 if entry is None:
-                    data.update(status="open", first_step=window.last_step)
+                    data.update(status=OPEN, first_step=window.last_step)
                     self.state.advice[advice.id] = data
-                elif entry["status"] == "open":
+                elif entry["status"] == OPEN:  # once tried, its measured result stands
                     entry.update(data)
                 else:
                     continue
@@ -396,7 +397,7 @@ class Session:
                 return ("it is measured over whole epochs: an epoch's worth of steps first" if epoch
                         else "no steps to compare with yet")
             self.tried.add(advice_id)
-            advice["status"] = "applying"
+            advice["status"] = APPLYING
             self.recorder.put("advice", (advice_id, time.time(), json.dumps(advice)))
             return None
 
@@ -420,7 +421,7 @@ class Session:
         with self.lock:
             self.dismissed.add(advice_id)
             if advice_id in self.state.advice:
-                self.state.advice[advice_id]["status"] = "dismissed"
+                self.state.advice[advice_id]["status"] = DISMISSED
                 self.recorder.put("advice", (advice_id, time.time(), json.dumps(self.state.advice[advice_id])))
 
     def _send_control(self, message: dict) -> None:
@@ -445,7 +446,7 @@ class Session:
             self.recorder.put("applied", (result["exp"], time.time(), json.dumps(result)))
             advice = self.state.advice.get(result["id"])
             if advice is not None:
-                advice["status"] = describe_result(result)
+                advice["status"] = advice_status(result)
                 advice["result"] = result
                 self.recorder.put("advice", (result["id"], time.time(), json.dumps(advice)))
 
@@ -527,13 +528,3 @@ def epoch_for(advice: dict, loader: dict) -> tuple[int, int] | None:
         return None
     startups = loader.get("startups")
     return (loader["len"], startups[-1][0]) if loader.get("len") and startups else None
-
-
-def describe_result(result: dict) -> str:
-    if result.get("state") == "failed":
-        return f"failed: {result.get('error')}"
-    speedup = result.get("speedup")
-    measured = f"{(speedup - 1) * 100:+.0f}% samples/s" if speedup else "not measured"
-    if speedup and speedup >= 1.5:
-        measured = f"{speedup:.1f}x samples/s"
-    return f"{measured}, {'kept' if result.get('kept') else 'reverted'}"

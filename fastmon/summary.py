@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.knobs import batch_setting, loader_setting
+from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.window import Window
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import RunRecord
+from fastmon.verdicts import FASTER
 
 STRAGGLER_MARGIN = 0.10  # own work this much above the median rank's ...
 STRAGGLER_STEP_SHARE = 0.05  # ... and worth at least this share of a step: the straggler
@@ -174,23 +176,27 @@ def _device(record: RunRecord) -> dict | None:
 
 
 def _advice_out(a: dict) -> dict:
-    return {"id": a["id"], "title": a["title"], "evidence": a["evidence"], "est_gain": a.get("est_gain"),
-            "location": a.get("location"), "action": a["action"], "fix": a.get("fix"),
-            "status": a.get("status"), "confidence": a.get("confidence")}
+    result = a.get("result") or {}
+    return {"id": a["id"], "kind": a.get("kind", PROBLEM), "title": a["title"], "evidence": a["evidence"],
+            "est_gain": a.get("est_gain"), "location": a.get("location"), "action": a["action"], "fix": a.get("fix"),
+            "status": a.get("status"), "confidence": a.get("confidence"),
+            "measured": {k: result.get(k) for k in ("speedup", "speedup_interval", "verdict", "kept")} if result else None}
 
 
 def _applied_out(a: dict) -> dict:
     return {"id": a["id"], "step": a["step"], "params": a.get("params"), "tried": a.get("tried", []),
             "before_samples_per_s": a.get("before_samples_per_s"), "after_samples_per_s": a.get("after_samples_per_s"),
-            "speedup": a.get("speedup"), "kept": bool(a.get("kept")), "state": a.get("state"), "error": a.get("error")}
+            "speedup": a.get("speedup"), "speedup_interval": a.get("speedup_interval"), "verdict": a.get("verdict"),
+            "kept": bool(a.get("kept")), "state": a.get("state"), "error": a.get("error")}
 
 
 def permanent_changes(applied: list[dict], facts: dict) -> list[str]:
-    """The code that makes each kept hot-apply permanent, so the next run starts fast."""
+    """The code that makes each hot-apply measured faster permanent, so the next run starts
+    fast (not one kept as harmless, nor one the run ended before measuring)."""
     lines = []
     loader_params: dict = {}
     for a in applied:
-        if not a["kept"]:
+        if not a["kept"] or a.get("verdict", FASTER) != FASTER:  # older records: no verdict, kept meant faster
             continue
         if a["id"].startswith("dataloader."):
             loader_params.update(a.get("params") or {})

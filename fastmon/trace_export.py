@@ -22,6 +22,7 @@ from pathlib import Path
 from fastmon import __version__
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import DEVICE_FIELDS, RunRecord
+from fastmon.verdicts import result_text
 
 HOST_PID = 0  # the machine's counters; rank R's process is R + 1
 NODE_HOST_PID = 1_000_000  # ... and with several nodes, node N's counters are here + N (past any rank)
@@ -123,9 +124,7 @@ def _run_events(node: dict, us, t0: float, host_pid: int, host_name: str) -> lis
         out.append(_instant(f"advice: {item['id']}", host_pid, advice_times.get(item["id"], t0), us, item))
     for item in node["applied"]:
         # worded as the report words it
-        verdict = "kept" if item.get("kept") else "failed" if item.get("state") == "failed" else "reverted"
-        speedup = f" {item['speedup']:.2f}x" if item.get("speedup") else ""
-        out.append(_instant(f"experiment {item['exp']}: {item['id']} {verdict}{speedup}", host_pid,
+        out.append(_instant(f"experiment {item['exp']}: {item['id']}: {result_text(item)}", host_pid,
                             applied_times.get(item["exp"], t0), us, item))
     return out
 

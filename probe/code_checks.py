@@ -1,5 +1,5 @@
 """Code-level causes the rules name with a file:line: ``torch.tensor(ndarray)`` in the loop,
-LR schedulers and gradient clipping in use, sampled gradient norms (spikes), and training
+where anomaly detection was switched on, LR schedulers and gradient clipping in use, sampled gradient norms (spikes), and training
 handed to processes of ``torch.multiprocessing.spawn``/``start_processes``, which the
 probe does not follow (it is off in forks, absent from spawned interpreters). The
 ``torch.tensor`` and clipping wrappers are in while a step is timed: a habit of the loop
@@ -49,6 +49,7 @@ class CodeChecksPart(Part):
         self._orig_tensor = torch.tensor
         self._orig_clip = torch.nn.utils.clip_grad_norm_
         self._orig_scheduler_init = torch.optim.lr_scheduler.LRScheduler.__init__
+        self._orig_anomaly_inits = (torch.autograd.set_detect_anomaly.__init__, torch.autograd.detect_anomaly.__init__)
         self._spawn_module = sys.modules["torch.multiprocessing.spawn"]  # the attribute is the function
         self._orig_start_processes = self._spawn_module.start_processes
         self.tensor_copies = 0
@@ -85,6 +86,18 @@ class CodeChecksPart(Part):
                 part.scheduler_refs.append(weakref.ref(scheduler))
             return orig_init(scheduler, *args, **kwargs)
 
+        orig_set_anomaly, orig_detect_anomaly = self._orig_anomaly_inits
+
+        def set_detect_anomaly_init(switch, mode, *args, **kwargs):
+            if mode and part.on:
+                part.on_anomaly_switched_on()
+            return orig_set_anomaly(switch, mode, *args, **kwargs)
+
+        def detect_anomaly_init(switch, *args, **kwargs):
+            if part.on:
+                part.on_anomaly_switched_on()
+            return orig_detect_anomaly(switch, *args, **kwargs)
+
         orig_start_processes = self._orig_start_processes
 
         def start_processes(fn, args=(), nprocs=1, *more, **kwargs):
@@ -98,11 +111,14 @@ class CodeChecksPart(Part):
 
         self.timed_wrappers = (tensor, clip_grad_norm_)
         torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_init
+        torch.autograd.set_detect_anomaly.__init__ = set_detect_anomaly_init
+        torch.autograd.detect_anomaly.__init__ = detect_anomaly_init
         self._spawn_module.start_processes = torch.multiprocessing.start_processes = start_processes
 
     def uninstall(self) -> None:
         self.disarm()
         torch.optim.lr_scheduler.LRScheduler.__init__ = self._orig_scheduler_init
+        torch.autograd.set_detect_anomaly.__init__, torch.autograd.detect_anomaly.__init__ = self._orig_anomaly_inits
         self._spawn_module.start_processes = torch.multiprocessing.start_processes = self._orig_start_processes
 
     def arm(self) -> None:
@@ -114,6 +130,13 @@ class CodeChecksPart(Part):
 
     def schedulers(self) -> list:
         return [s for s in (ref() for ref in self.scheduler_refs) if s is not None]
+
+    def on_anomaly_switched_on(self) -> None:
+        """Where the script switched anomaly detection on: the line the advice names."""
+        try:
+            self.probe.fact("anomaly_detection_at", {"location": fmt(user_frame(3))})
+        except Exception as exc:
+            self.fail(exc)
 
     def on_tensor_copy(self) -> None:
         if self.tensor_copy_reported or not self.probe.clock.step:

@@ -47,6 +47,7 @@ class OptimizerPart(Part):
         self.steps_in_graph = False  # optimizer.step() runs inside a compiled function
         self.compile_in_use = False  # torch.compile was called: optimizers keep their plain zero_grad
         self.pre_handle = self.post_handle = None
+        self.created_at: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> file:line
         self.pre_hooks = optim_module._global_optimizer_pre_hooks  # ours goes in and out by its handle's id
         self._orig_init = torch.optim.Optimizer.__init__
         self._orig_module_zero_grad = torch.nn.Module.zero_grad
@@ -59,6 +60,10 @@ class OptimizerPart(Part):
 
         def __init__(opt, *args, **kwargs):
             part.created += 1
+            try:
+                part.created_at[opt] = fmt(user_frame(2))  # where the advice on its settings points
+            except Exception as exc:
+                part.fail(exc)
             return orig_init(opt, *args, **kwargs)
 
         torch.optim.Optimizer.__init__ = __init__
@@ -225,7 +230,7 @@ class OptimizerPart(Part):
             same_class = sum(1 for ref in self.seen if type(ref()).__name__ == name)
             # dcgan's two Adams are two facts
             self.probe.fact(f"optimizer.{name}" + (f".{same_class}" if same_class > 1 else ""),
-                            facts.describe_optimizer(optimizer))
+                            dict(facts.describe_optimizer(optimizer), location=self.created_at.get(optimizer)))
             if len(self.seen) == 1:
                 self.probe.fact("framework", facts.framework(sys._getframe(1)))
         if enter:

@@ -182,12 +182,31 @@ def test_healthy_cpu_run_gets_no_advice():
     assert fired(rows(), facts(loader=LOADER, optimizers=[dict(SGD, devices=["cpu"])])) == {}
 
 
-def test_num_workers_searches_past_the_core_count_and_estimates_by_amdahl():
+def test_num_workers_searches_past_the_core_count_and_counts_a_workers_handover():
     advice = fired(rows(ms=STARVED), facts(loader=LOADER))["dataloader.num_workers"]
     assert [c["num_workers"] for c in advice.apply.search] == [2, 4, 8, 16]
-    share = 60 / 72
-    assert advice.est_gain == pytest.approx(amdahl(share), rel=0.01)
+    # 72 ms steps, 60 of them loading in the main process: 2 workers load a batch each 30 ms
+    assert advice.est_gain == pytest.approx(72 / 30, rel=0.01)
     assert "83%" in advice.evidence and "num_workers=0" in advice.evidence
+
+
+def test_num_workers_is_quiet_where_a_worker_costs_more_than_the_fetch():
+    # Issue 25's healthy loop: an in-memory TensorDataset; measured 0.50x with 2 workers.
+    in_memory = dict(LOADER, dataset="TensorDataset")
+    assert "dataloader.num_workers" not in fired(rows(ms=STARVED), facts(loader=in_memory))
+    # A 0.6 ms wait of a 2.5 ms step is 24%, but taking each batch from a worker costs ~1 ms.
+    short = {"data_wait": 0.6, "forward": 0.8, "backward": 0.9, "optimizer": 0.2}
+    assert "dataloader.num_workers" not in fired(rows(ms=short), facts(loader=LOADER))
+
+
+def test_evaluation_inside_training_steps_is_not_the_loaders_wait():
+    # accelerate's loop with an eval pass each epoch: two steps hold 128 eval forwards and
+    # their batches' waits; the training steps wait little.
+    training = rows(ms={"data_wait": 0.3, "forward": 1.0, "backward": 1.2, "optimizer": 0.3})
+    evaluating = rows(n=2, ms={"data_wait": 40.0, "forward": 30.0}, eval_forwards=64, step=lambda s: 50 + s)
+    window = Window.from_rows(training + evaluating)
+    assert window.share("data_wait") == pytest.approx(0.3 / 2.8, rel=0.01)
+    assert window.eval_forwards == 128 and window.steps == 52
 
 
 def test_workers_restarted_each_epoch_are_the_fix_before_more_workers():
@@ -204,7 +223,8 @@ def test_workers_restarted_each_epoch_are_the_fix_before_more_workers():
     # Once they persist, more workers for the steady wait: without the start-up in the window.
     kept = fired(starved, facts(loader=dict(spawned, persistent_workers=True)))["dataloader.num_workers"]
     assert "58%" in kept.evidence and "leaving out 2.5 s of workers starting up" in kept.evidence
-    assert kept.est_gain == pytest.approx(amdahl(7 / 12), rel=0.02)
+    # 2 busy workers take 2 x 12 ms a batch; 4 take 6 ms, the compute and a 1 ms handover too
+    assert kept.est_gain == pytest.approx(12 / 6, rel=0.03)
 
 
 def test_iterable_dataset_gets_a_code_change_not_a_live_rebuild():

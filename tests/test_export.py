@@ -51,7 +51,7 @@ def test_advice_and_the_changes_applied_are_marked(run_fastmon, tmp_path):
     events = json.loads(gzip.decompress((tmp_path / "starved.json.gz").read_bytes()))["traceEvents"]
     marks = {e["name"] for e in events if e["ph"] == "i"}
     assert {"applied: num_workers=2", "applied: num_workers=4", "advice: dataloader.num_workers",
-            "experiment 1: dataloader.num_workers kept 2.40x"} <= marks
+            "experiment 1: dataloader.num_workers: 2.4x samples/s, kept"} <= marks
 
 
 def test_gpu_samples_and_device_times_become_counters_of_one_quantity_each(run_fastmon, tmp_path):

@@ -24,5 +24,6 @@ def check(window, facts):
         round(amdahl(share, EXPECTED_SPEEDUP), 2), HOT_APPLY,
         fix="delete torch.autograd.set_detect_anomaly(True) / with torch.autograd.detect_anomaly():",
         why="it records a stack trace per op in forward and checks every gradient for NaN",
+        location=(facts.values.get("anomaly_detection_at") or {}).get("location"),
         apply=Apply("anomaly_detection", {"value": False}),
     )

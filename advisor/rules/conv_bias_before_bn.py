@@ -6,7 +6,7 @@ the bias is computed, stored and optimised for nothing.
 How to fix: ``nn.Conv2d(..., bias=False)`` before BatchNorm.
 """
 
-from fastmon.advisor.types import CODE_CHANGE, Advice
+from fastmon.advisor.types import CODE_CHANGE, SUGGESTION, Advice
 
 ID = "conv_bias_before_bn"
 
@@ -19,5 +19,5 @@ def check(window, facts):
         ID, "Drop the bias of convolutions followed by BatchNorm",
         f"{len(layers)} conv layer(s) with bias directly before BatchNorm: {', '.join(layers[:4])}",
         None, CODE_CHANGE, fix="nn.Conv2d(in_ch, out_ch, kernel_size, bias=False)",
-        why="BatchNorm removes the per-channel mean, so the bias has no effect",
+        why="BatchNorm removes the per-channel mean, so the bias has no effect", kind=SUGGESTION,
     )

@@ -8,6 +8,9 @@ Not while the workers restart at every epoch with a visible stall
 (``dataloader.persistent_workers``): that stall is data_wait too, which more workers
 lengthen rather than hide; once the workers persist, the steady wait decides, without
 their one start-up.
+Not where a worker cannot help: an in-memory dataset (indexing tensors costs less than
+taking a batch from a worker), or a wait too short to pay a worker's handover of ~1 ms a
+batch (``benchmarks/results/worker_handover.md``); the estimate counts that handover.
 How to fix: more workers. fastmon searches the count live (doubling, measuring each,
 keeping the best) because loading is often I/O- or sleep-bound and scales past the
 core count; make the winner permanent with ``DataLoader(..., num_workers=N)``.
@@ -15,13 +18,16 @@ core count; make the winner permanent with ``DataLoader(..., num_workers=N)``.
 
 from fastmon.advisor.knobs import loader_setting
 from fastmon.advisor.rules.dataloader_persistent_workers import MIN_STARTUP_S, restart_stall, startups
-from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, Advice, Apply, amdahl
+from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, Advice, Apply
 
 ID = "dataloader.num_workers"
 MIN_DATA_WAIT_SHARE = 0.20
 MIN_STEPS = 10
 MAX_WORKERS_FLOOR = 16  # search at least this far, even on a 2-core laptop
 MAX_WORKERS_PER_CORE = 4
+WORKER_BATCH_COST_S = 1e-3  # the training process's time to take one batch from a worker
+MIN_GAIN = 1.10  # below this the estimate is within what a live measurement can tell
+IN_MEMORY_DATASETS = frozenset({"TensorDataset", "StackDataset"})
 
 
 def worker_candidates(current: int, cpu_count: int) -> tuple:
@@ -40,6 +46,21 @@ def startup_in_window(window, loader: dict) -> float:
     return min(waits, window.phase_totals["data_wait"])
 
 
+def predicted_gain(window, total: float, startup: float, current: int, workers: int) -> float:
+    """The step's speed-up with ``workers`` workers, the search's first candidate. Loading
+    a batch takes the main process its whole wait without workers; with ``current``
+    workers kept busy, each takes ``current`` steps to load one. With ``workers``, a step
+    takes its compute plus the handover of its batches, or a batch's loading shared
+    among the workers, whichever is longer."""
+    steps = window.steps
+    wait = (window.phase_totals["data_wait"] - startup) / steps
+    compute = total / steps - wait
+    batches = max(window.timed_steps and window.micro_batches / window.timed_steps, 1.0)
+    loading = wait if current == 0 else current * (compute + wait)
+    with_workers = max(compute + WORKER_BATCH_COST_S * batches, loading / workers)
+    return (compute + wait) / with_workers if with_workers > 0 else 1.0
+
+
 def check(window, facts):
     loader = facts.training_loader()
     if window.steps < MIN_STEPS or loader is None or restart_stall(window, facts) is not None:
@@ -47,11 +68,14 @@ def check(window, facts):
     startup = startup_in_window(window, loader)
     total = sum(window.phase_totals.values()) - startup
     share = (window.phase_totals["data_wait"] - startup) / total if total > 0 else 0.0
-    if share < MIN_DATA_WAIT_SHARE:
+    if share < MIN_DATA_WAIT_SHARE or loader.get("dataset") in IN_MEMORY_DATASETS:
         return None
     current = loader.get("num_workers", 0)
     candidates = worker_candidates(current, facts.host_cpu_count)
     if not candidates:
+        return None
+    estimate = predicted_gain(window, total, startup, current, candidates[0])
+    if estimate < MIN_GAIN:
         return None
     median_ms = window.phase_median["data_wait"] * 1e3
     evidence = (f"data_wait is {share:.0%} of step time (median {median_ms:.1f} ms of a "
@@ -59,13 +83,13 @@ def check(window, facts):
     if startup:
         evidence += f", leaving out {startup:.1f} s of workers starting up"
     if loader.get("iterable"):
-        return Advice(ID, "Give the DataLoader worker processes", evidence, round(amdahl(share), 2), CODE_CHANGE,
+        return Advice(ID, "Give the DataLoader worker processes", evidence, round(estimate, 2), CODE_CHANGE,
                       fix=f"{loader_setting(facts, num_workers=candidates[0])} — an IterableDataset must shard "
                           "itself across workers (torch.utils.data.get_worker_info()), so fastmon does not "
                           "change it live",
                       location=loader.get("location"))
     return Advice(
-        ID, "Load data in parallel: more DataLoader workers", evidence, round(amdahl(share), 2), HOT_APPLY,
+        ID, "Load data in parallel: more DataLoader workers", evidence, round(estimate, 2), HOT_APPLY,
         fix=f"{loader_setting(facts, num_workers='N')} — fastmon tries N in {list(candidates)} and keeps the fastest",
         why="the step waits for batches that workers could prepare during the previous step",
         location=loader.get("location"),

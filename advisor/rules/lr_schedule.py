@@ -7,7 +7,7 @@ How to fix: ``torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=..., total_s
 stepped once per optimizer step.
 """
 
-from fastmon.advisor.types import CODE_CHANGE, Advice
+from fastmon.advisor.types import CODE_CHANGE, SUGGESTION, Advice
 
 ID = "lr_schedule"
 MIN_STEPS = 2000
@@ -22,5 +22,5 @@ def check(window, facts):
         None, CODE_CHANGE,
         fix="scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps)\n"
             "# ... scheduler.step() after optimizer.step()",
-        why="warm-up and decay usually reach the same loss in fewer steps", confidence="low",
+        why="warm-up and decay usually reach the same loss in fewer steps", confidence="low", kind=SUGGESTION,
     )

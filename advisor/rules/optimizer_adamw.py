@@ -7,7 +7,7 @@ weakens it for parameters with large gradients; AdamW decouples it, which is wha
 How to fix: ``torch.optim.AdamW(params, lr=..., weight_decay=...)`` (retune the decay).
 """
 
-from fastmon.advisor.types import CODE_CHANGE, Advice
+from fastmon.advisor.types import CODE_CHANGE, SUGGESTION, Advice
 
 ID = "optimizer.adamw"
 
@@ -20,6 +20,7 @@ def check(window, facts):
                 ID, "Use AdamW for weight decay",
                 f"Adam(weight_decay={decay}) applies L2 through the adaptive scaling", None, CODE_CHANGE,
                 fix=f"torch.optim.AdamW(params, lr=..., weight_decay={decay})",
-                why="AdamW decouples the decay from the gradient statistics", confidence="medium",
+                why="AdamW decouples the decay from the gradient statistics", confidence="medium", kind=SUGGESTION,
+                location=opt.get("location"),
             )
     return None

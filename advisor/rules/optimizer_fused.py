@@ -32,6 +32,7 @@ def check(window, facts):
                 round(amdahl(share, EXPECTED_SPEEDUP), 2), HOT_APPLY,
                 fix=f"torch.optim.{opt['class']}(params, ..., fused=True)",
                 why="the single-tensor path launches kernels per parameter; fused does one",
+                location=opt.get("location"),
                 apply=Apply("optimizer_foreach", {"value": True}),
             )
     return None

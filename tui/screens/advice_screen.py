@@ -9,14 +9,15 @@ from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
 from fastmon.advisor.types import gain_text
+from fastmon.verdicts import result_text
 
 
 def advice_markdown(a: dict, can_apply: bool) -> str:
     lines = [f"# {a['title']}", f"`{a['id']}` · {a.get('action', '').replace('_', '-')} · confidence {a.get('confidence')}"
              f" · status **{a.get('status', 'open')}**", "", f"**Evidence:** {a['evidence']}"]
-    if a.get("est_gain"):
-        lines.append(f"\n**Estimated gain:** {gain_text(a['est_gain'])} samples/s (Amdahl's law on the measured "
-                     "share; compute that stops waiting often speeds up too)")
+    if a.get("est_gain") and not a.get("result"):
+        lines.append(f"\n**Estimated gain:** {gain_text(a['est_gain'])} samples/s, the advisor's prediction "
+                     "from the measured shares, tested when applied")
     if a.get("why"):
         lines.append(f"\n**Why it matters:** {a['why']}")
     if a.get("location"):
@@ -26,8 +27,8 @@ def advice_markdown(a: dict, can_apply: bool) -> str:
     if result:
         tried = ", ".join(f"{t['params']} → {t['samples_per_s']:,.1f}/s" for t in result.get("tried", []))
         lines.append(f"\n**Applied live at step {result['step']}:** {result['before_samples_per_s']:,.1f} → "
-                     f"{result.get('after_samples_per_s') or 0:,.1f} samples/s, "
-                     f"{'kept' if result['kept'] else 'reverted'}" + (f" (tried {tried})" if tried else ""))
+                     f"{result.get('after_samples_per_s') or 0:,.1f} samples/s: {result_text(result)}"
+                     + (f" (tried {tried})" if tried else ""))
     keys = ["`a` apply live" if can_apply else None, "`d` dismiss", "`escape` close"]
     lines.append("\n" + " · ".join(k for k in keys if k))
     return "\n".join(lines)

@@ -8,6 +8,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
+from fastmon.verdicts import result_text
+
 
 class AppliedScreen(ModalScreen):
     BINDINGS = [Binding("escape,q,c", "dismiss", "Close")]
@@ -29,6 +31,6 @@ class AppliedScreen(ModalScreen):
             table.add_row(a["id"], str(a["step"]), str(a.get("params")), f"{a['before_samples_per_s']:,.1f}",
                           f"{a['after_samples_per_s']:,.1f}" if a.get("after_samples_per_s") else "—",
                           f"{speedup:.2f}x" if speedup else "—",
-                          ("kept" if a["kept"] else "reverted") + (f" ({a['error']})" if a.get("error") else ""))
+                          result_text(a))
         if not self.applied:
             table.add_row("nothing applied yet", "", "", "", "", "", "")

@@ -6,18 +6,24 @@ from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from fastmon.advisor.types import gain_text
+from fastmon.advisor.types import SUGGESTION, gain_text
+from fastmon.verdicts import APPLYING, KEPT, OPEN, is_recommended, result_text
 
 
 def advice_line(a: dict) -> Text:
+    """Once tried, the measured result replaces the estimate; a suggestion says so."""
     text = Text()
-    gain = a.get("est_gain")
-    text.append(f"{gain_text(gain) or '         '} ", style="bold green" if gain else "")
-    text.append(a["title"], style="bold")
-    status = a.get("status", "open")
-    if status != "open":
-        style = "cyan" if "kept" in status else "yellow" if status == "applying" else "dim"
-        text.append(f"  [{status}]", style=style)
+    status = a.get("status", OPEN)
+    gain = a.get("est_gain") if is_recommended(a) and not a.get("result") else None
+    if a.get("kind") == SUGGESTION:
+        text.append("suggest.  ", style="italic")
+    else:
+        text.append(f"{gain_text(gain) or '         '} ", style="bold green" if gain else "")
+    text.append(a["title"], style="bold" if is_recommended(a) else "dim")
+    if a.get("result"):
+        text.append(f"  [{result_text(a['result'])}]", style="cyan" if status == KEPT else "dim")
+    elif status != OPEN:
+        text.append(f"  [{status}]", style="yellow" if status == APPLYING else "dim")
     elif a.get("action") == "hot_apply":
         text.append("  [a: apply]", style="green")
     text.append(f"\n  {a['evidence']}", style="dim")
@@ -26,7 +32,9 @@ def advice_line(a: dict) -> Text:
 
 class AdviceList(OptionList):
     def show(self, advice: list[dict]) -> None:
-        ordered = sorted(advice, key=lambda a: (a.get("status") == "dismissed", -(a.get("est_gain") or 1.0)))
+        # Problems by estimated gain, then suggestions; what was tried or dismissed last
+        ordered = sorted(advice, key=lambda a: (not is_recommended(a), a.get("kind") == SUGGESTION,
+                                                -(a.get("est_gain") or 1.0)))
         ids = [a["id"] for a in ordered]
         current = [option.id for option in self.options]
         highlighted = self.highlighted_option.id if self.highlighted_option is not None else None
