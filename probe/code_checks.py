@@ -1,5 +1,5 @@
 """Code-level causes the rules name with a file:line: ``torch.tensor(ndarray)`` in the loop,
-where anomaly detection was switched on, LR schedulers and gradient clipping in use, sampled gradient norms (spikes), and training
+where anomaly detection was switched on and a profiler made, LR schedulers and gradient clipping in use, sampled gradient norms (spikes), and training
 handed to processes of ``torch.multiprocessing.spawn``/``start_processes``, which the
 probe does not follow (it is off in forks, absent from spawned interpreters). The
 ``torch.tensor`` and clipping wrappers are in while a step is timed: a habit of the loop
@@ -29,7 +29,7 @@ import torch.multiprocessing
 
 from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
-from fastmon.probe.location import fmt, user_frame
+from fastmon.probe.location import called_by_fastmon, fmt, user_frame
 
 GRAD_NORM_EVERY = 50  # steps between gradient-norm samples at the least
 NORM_BUDGET_NS = 250  # per step spent on norm samples, on short steps
@@ -50,6 +50,7 @@ class CodeChecksPart(Part):
         self._orig_clip = torch.nn.utils.clip_grad_norm_
         self._orig_scheduler_init = torch.optim.lr_scheduler.LRScheduler.__init__
         self._orig_anomaly_inits = (torch.autograd.set_detect_anomaly.__init__, torch.autograd.detect_anomaly.__init__)
+        self._orig_profiler_init = torch.autograd.profiler.profile.__init__
         self._spawn_module = sys.modules["torch.multiprocessing.spawn"]  # the attribute is the function
         self._orig_start_processes = self._spawn_module.start_processes
         self.tensor_copies = 0
@@ -98,6 +99,17 @@ class CodeChecksPart(Part):
                 part.on_anomaly_switched_on()
             return orig_detect_anomaly(switch, *args, **kwargs)
 
+        orig_profiler_init = self._orig_profiler_init
+
+        def profiler_init(profiler, *args, **kwargs):
+            # torch.profiler.profile builds one of these too; fastmon's own capture does not count
+            if part.on and not called_by_fastmon(2):
+                try:
+                    part.probe.fact("profiler_created_at", {"location": fmt(user_frame(2))})
+                except Exception as exc:
+                    part.fail(exc)
+            return orig_profiler_init(profiler, *args, **kwargs)
+
         orig_start_processes = self._orig_start_processes
 
         def start_processes(fn, args=(), nprocs=1, *more, **kwargs):
@@ -113,12 +125,14 @@ class CodeChecksPart(Part):
         torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_init
         torch.autograd.set_detect_anomaly.__init__ = set_detect_anomaly_init
         torch.autograd.detect_anomaly.__init__ = detect_anomaly_init
+        torch.autograd.profiler.profile.__init__ = profiler_init
         self._spawn_module.start_processes = torch.multiprocessing.start_processes = start_processes
 
     def uninstall(self) -> None:
         self.disarm()
         torch.optim.lr_scheduler.LRScheduler.__init__ = self._orig_scheduler_init
         torch.autograd.set_detect_anomaly.__init__, torch.autograd.detect_anomaly.__init__ = self._orig_anomaly_inits
+        torch.autograd.profiler.profile.__init__ = self._orig_profiler_init
         self._spawn_module.start_processes = torch.multiprocessing.start_processes = self._orig_start_processes
 
     def arm(self) -> None:

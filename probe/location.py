@@ -17,6 +17,8 @@ _SKIP = tuple(
         sysconfig.get_paths().get("platlib", "\0"),
     } if p
 )
+_FASTMON = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (fastmon.__file__, __file__))
+_LIBRARIES = tuple(p + os.sep for p in {sysconfig.get_paths().get(k) for k in ("purelib", "platlib")} if p)
 _cache: dict[str, bool] = {}
 
 
@@ -37,6 +39,15 @@ def user_frame(depth: int = 2):
             return frame.f_code.co_filename, frame.f_lineno
         frame = frame.f_back
     return None
+
+
+def called_by_fastmon(depth: int = 2) -> bool:
+    """Whether the first caller outside the installed libraries (torch) is fastmon itself
+    (its own profiler capture), not the script."""
+    frame = sys._getframe(depth)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARIES):
+        frame = frame.f_back
+    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_FASTMON)
 
 
 def fmt(location) -> str | None:

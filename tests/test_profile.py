@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import SCRIPTS, clean_env, run_dirs
+from conftest import ROOT, SCRIPTS, clean_env, run_dirs
 from fastmon.phases import STEP_FIELDS
 from fastmon.session import PROFILE_STEPS, RunOptions, Session
 from fastmon.tui.app import FastmonApp
@@ -54,6 +54,15 @@ def test_the_scripts_own_profiler_is_left_alone(run_fastmon, report):
     assert "own profiler saw addmm: True" in out.stdout
     [capture] = report()["profiles"]
     assert capture["first"] == 40 and "already running" in capture["error"]
+
+
+def test_a_profiler_left_on_is_named_at_the_line_that_made_it(run_fastmon, report):
+    planted = ROOT / "benchmarks" / "advice_corpus" / "planted.py"
+    out = run_fastmon("run", "--headless", planted, "--mistake", "profiler")
+    assert out.returncode == 0, out.stderr
+    left_on = {a["id"]: a for a in report()["advice"]}["profiler.left_on"]
+    made = next(i for i, line in enumerate(planted.read_text().splitlines(), 1) if "profiler.profile()" in line)
+    assert left_on["location"].endswith(f"planted.py:{made}")
 
 
 async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp_path):

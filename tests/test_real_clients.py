@@ -65,6 +65,8 @@ def test_a_client_is_counted_exactly_and_described_rightly(run_fastmon, report, 
         assert facts["framework"]["name"] == framework
     assert facts[f"model.{model}"]["conv"] is False  # transformers' Conv1D is a linear layer
     assert "None" not in json.dumps([a["evidence"] + a["fix"] for a in summary["advice"]])
+    # healthy code: no problem advised (issue 25's false alarms: num_workers on in-memory data)
+    assert [a["id"] for a in summary["advice"] if a["kind"] == "problem"] == []
     assert summary["memory"]["workers_seen_max"] == 0  # none of these starts a DataLoader worker
     if client == "two_optimizers.py":
         assert {"optimizer.Adam", "optimizer.Adam.2"} <= set(facts)

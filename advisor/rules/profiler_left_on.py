@@ -21,4 +21,5 @@ def check(window, facts):
         f"the autograd profiler is enabled at step {window.last_step}", None, CODE_CHANGE,
         fix="torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=3))",
         why="recording every op slows the host and grows memory with the trace",
+        location=(facts.values.get("profiler_created_at") or {}).get("location"),
     )
