@@ -1,20 +1,12 @@
 """Hot-apply as an experiment: apply at a step boundary, measure samples/s over a window
-before and after, keep it if it helped beyond noise, revert it if it hurt or failed.
-
-A search (e.g. num_workers 2, 4, 8, ...) tries candidates in turn while each beats the
-best so far, then settles on the fewest within noise of the best. A change that shows only at epoch starts
-(persistent workers) is measured over whole epochs: before, the last epoch's worth of
-steps; after, an epoch's worth from the second epoch start after the change (the first
-one starts the workers that then persist). The verdict carries an interval from the
-spread of each window's blocks (never narrower than ±NOISE; just ±NOISE over whole
-epochs, whose blocks differ by design): "faster" when it lies above
-1, "slower" below, else "no measurable change", which keeps a safe change (harmless) and
-reverts one that alters the maths of training (AMP, TF32).
-
-Every other change is measured without the steps that waited for DataLoader workers to
-start at an epoch's start: whether an epoch begins inside a window is the luck of where
-the window falls (a search would pass over the candidate that met one), and that stall
-is the persistent-workers experiment's to measure.
+before and after, keep what helped beyond noise, revert what hurt or failed. A search
+(num_workers 2, 4, 8, ...) goes on while each candidate beats the best so far, then
+settles on the fewest within noise of the fastest. Persistent workers are measured over
+whole epochs (from the second epoch start after the change). The verdict's interval
+comes from the spread of each window's blocks (at least ±NOISE): "faster", "slower" or
+"no measurable change", which keeps a safe change (harmless) and reverts one that alters
+the maths (AMP, TF32). Steps that waited for workers to start at an epoch's start are
+left out of every other change's windows. README "How advice is judged" has the why.
 """
 
 from __future__ import annotations

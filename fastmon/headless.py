@@ -10,6 +10,7 @@ from fastmon.advisor import Window, recent
 from fastmon.advisor.types import SUGGESTION, gain_text
 from fastmon.phases import PHASE_LABELS, PHASES
 from fastmon.report import profile_lines, spawned_line
+from fastmon.summary import since_last_change
 from fastmon.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
@@ -24,10 +25,11 @@ def status_line(session) -> str:
         steps = rank0.steps if rank0 else 0
         gpu = state.gpu[-1] if state.gpu else None
         applying = [a for a in state.advice.values() if a.get("status") == APPLYING]
+        applied = list(state.applied)
     if not steps:
         # "0.0 steps/s" while the script imports and loads its data reads like a stall
         return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
-    window = Window.from_rows(recent(rows, STATUS_WINDOW))
+    window = Window.from_rows(recent(since_last_change(rows, applied), STATUS_WINDOW))
     shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
     parts = [f"[fastmon] step {steps}", f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]
     if shares:

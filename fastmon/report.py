@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
 from fastmon.phases import PHASES
 from fastmon.verdicts import is_recommended, result_text
@@ -59,6 +61,32 @@ def startup_lines(s: dict) -> list[str]:
     return lines
 
 
+def ending(exit_code: int | None) -> str:
+    """How the run ended, in words where a number does not say it."""
+    if exit_code is None:
+        return "end unknown: the run is still going, or its monitor was killed"
+    if exit_code > 128 and exit_code - 128 in signal.Signals._value2member_map_:
+        return f"exit code {exit_code} (killed by {signal.Signals(exit_code - 128).name})"
+    return f"exit code {exit_code}"
+
+
+def change_lines(changes: dict | None) -> list[str]:
+    """The run before fastmon's first change and as it ran after its last kept one."""
+    if not changes:
+        return []
+    before, after = changes["before"], changes["after"]
+    lines = ["", f"  before and after the changes fastmon made: steps {before['from_step']}-{before['to_step']} "
+                 f"vs {after['from_step']}-{after['to_step']}",
+             f"  {'':<10} {'before':>16} {'after':>16}",
+             f"  {'samples/s':<10} {before['samples_per_s']:>16,.1f} {after['samples_per_s']:>16,.1f}",
+             f"  {'step ms':<10} {before['step_ms']['median']:>16.3f} {after['step_ms']['median']:>16.3f}  (median)"]
+    for phase in PHASES:
+        was, now = before["phases"][phase], after["phases"][phase]
+        if was >= 0.005 or now >= 0.005:
+            lines.append(f"  {phase:<10} {was:>16.1%} {now:>16.1%}")
+    return lines
+
+
 def format_text(s: dict) -> str:
     lines = []
     exit_code = s.get("exit_code")
@@ -66,7 +94,7 @@ def format_text(s: dict) -> str:
     steady = "steady run " if s.get("steady_steps", s["steps"]) < s["steps"] else ""
     lines.append(
         f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {steady}{s['steps_per_s']:.2f} steps/s · "
-        f"{s['samples_per_s']:,.1f} samples/s · exit code {exit_code if exit_code is not None else '? (still running or killed)'}")
+        f"{s['samples_per_s']:,.1f} samples/s · {ending(exit_code)}")
     lines.append(f"  step time median {s['step_ms']['median']:.2f} ms, p90 {s['step_ms']['p90']:.2f} ms")
     lines += startup_lines(s)
     for event in s.get("spawned_training") or []:
@@ -89,6 +117,7 @@ def format_text(s: dict) -> str:
         bar = "█" * round(share * 30)
         lines.append(f"  {phase:<10} {share:>7.1%} {s['phase_ms'][phase]['median']:>10.3f} "
                      f"{s['phase_ms'][phase]['p90']:>9.3f}  {bar}")
+    lines += change_lines(s.get("changes"))
     if s.get("device"):
         d = s["device"]
         lines.append(f"  device (CUDA events, {d['steps']} steps): step {d.get('device_step_ms_median', 0):.2f} ms, "

@@ -14,6 +14,9 @@ import psutil
 
 
 TREE_EVERY = 2.0  # seconds between walks of the process tree: each reads every process on the machine
+# A child this young that the probe has not named yet may be a DataLoader worker whose pid
+# is on its way (the probe says them once a publisher round): "starting", not "other".
+NEW_CHILD_S = 3.0
 
 
 class HostSampler:
@@ -64,16 +67,18 @@ class HostSampler:
             return "compile"
         return "child"
 
-    def role(self, pid: int, walked_role: str) -> str:
+    def role(self, proc: psutil.Process, walked_role: str) -> str:
         if walked_role != "child":
             return walked_role
-        return "worker" if pid in self.worker_pids else "other"
+        if proc.pid in self.worker_pids:
+            return "worker"
+        return "starting" if time.time() - proc.create_time() < NEW_CHILD_S else "other"
 
     def sample(self) -> dict:
         procs = []
         for pid, (proc, role) in list(self._tracked().items()):
             try:
-                role = self.role(pid, role)
+                role = self.role(proc, role)
                 with proc.oneshot():
                     entry = {"pid": pid, "cpu": proc.cpu_percent(), "rss": proc.memory_info().rss, "role": role}
                     if role == "worker":

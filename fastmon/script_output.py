@@ -35,7 +35,8 @@ RELAY = ("import os\n"
 class ScriptOutput:
     """``on_text(stream, text)``: what was recorded, decoded, for the screens.
     ``ask_to_close(stream)``: asks the trainer to let go of its copy of a pipe's read end
-    (``fastmon.probe.output``); True if it will answer with ``closed_by_trainer``."""
+    (``fastmon.probe.output``): True if asked (it answers with ``closed_by_trainer``),
+    False if it cannot be asked yet (not connected), None if no one else holds it."""
 
     def __init__(self, run_dir, on_text, ask_to_close, passthrough: bool) -> None:
         self.passthrough = passthrough
@@ -51,7 +52,8 @@ class ScriptOutput:
         self.line_ended = True
         self._pumps: dict[str, threading.Thread] = {}
         self._unread_by_anyone: set[str] = set()  # fastmon's own stream has no reader: stop passing
-        self._let_go: set[str] = set()  # ... and the trainer has closed its copy: close ours
+        self._asked: set[str] = set()  # ... the trainer was asked to close its copy
+        self._let_go: set[str] = set()  # ... and it has: close ours
         self._hand_over = threading.Event()
         self._last_data = 0.0  # monotonic time of the last chunk
 
@@ -96,6 +98,8 @@ class ScriptOutput:
             if self._hand_over.is_set():
                 self._relay(stream, fd, out)
                 break
+            if stream in self._unread_by_anyone and stream not in self._asked:
+                self._ask(stream)  # again at each poll until the trainer can be asked
             taken = self._take(fd, POLL_S)
             if taken is None:
                 break
@@ -160,11 +164,21 @@ class ScriptOutput:
         pipe's read end, closing ours does that."""
         self._unread_by_anyone.add(stream)
         try:  # python's advice for a broken stdout: nothing more is written to it, not even at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, out.fileno())
+            finally:
+                os.close(devnull)
         except (OSError, ValueError, AttributeError):
             pass
-        if not self.ask_to_close(stream):
+        self._ask(stream)
+
+    def _ask(self, stream: str) -> None:
+        asked = self.ask_to_close(stream)
+        if asked is None:
             self._let_go.add(stream)
+        elif asked:
+            self._asked.add(stream)
 
     def _relay(self, stream: str, fd: int, out) -> None:
         """Headless, to fastmon's own stream, as python would have printed it; under the

@@ -205,11 +205,12 @@ class Session:
             self.state.output.append((stream, text))
             self.state.output_seq += 1
 
-    def _ask_to_close_output(self, stream: str) -> bool:
+    def _ask_to_close_output(self, stream: str) -> bool | None:
         """The trainer holds a copy of the stream's read end (not under torchrun): ask it to
-        close that, so the script's next write meets the broken pipe."""
+        close that, so the script's next write meets the broken pipe. False while it has
+        not connected yet; None where it holds no copy."""
         if self.options.torchrun is not None or self.channel is None:
-            return False
+            return None
         return self.channel.send({"t": "output_closed", "stream": stream}) > 0
 
     def _on_message(self, message: dict) -> None:

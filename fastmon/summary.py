@@ -57,6 +57,34 @@ def steady_summary(rows: list, left_out: set[int]) -> dict:
     return out
 
 
+def since_last_change(rows: list, applied: list[dict]) -> list:
+    """The rows that describe the run as it is now: from the step of the last change
+    fastmon made that stayed in effect; all of ``rows`` when none did, or while none of
+    the later rows was timed yet. Every surface's "current" window starts here, so no
+    screen shows the starved run after its fix."""
+    steps = [a["step"] for a in applied if a.get("kept")]
+    if not steps:
+        return rows
+    after = [r for r in rows if r[_I["step"]] >= max(steps)]
+    return after if any(r[_I["timed"]] for r in after) else rows
+
+
+def before_and_after(rows: list, applied: list[dict], left_out: set[int]) -> dict | None:
+    """The steady run before fastmon's first change and since its last one that stayed
+    in effect, side by side; None when nothing stayed in effect."""
+    if not any(a.get("kept") for a in applied):
+        return None
+    first, last = min(a["step"] for a in applied), max(a["step"] for a in applied if a.get("kept"))
+    before = [r for r in rows if r[_I["step"]] < first and r[_I["step"]] not in left_out]
+    after = [r for r in rows if r[_I["step"]] >= last and r[_I["step"]] not in left_out]
+    if not before or not any(r[_I["timed"]] for r in after):
+        return None
+    return {"before": {"from_step": before[0][_I["step"]], "to_step": before[-1][_I["step"]],
+                       **window_summary(Window.from_rows(before))},
+            "after": {"from_step": after[0][_I["step"]], "to_step": after[-1][_I["step"]],
+                      **window_summary(Window.from_rows(after))}}
+
+
 def straggler(ranks: list[dict]) -> int | None:
     """The rank whose own work per step (its step without the phases where DDP ranks wait
     for each other) exceeds the median rank's by the margin, or None.
@@ -111,6 +139,7 @@ def summarize(run_dir) -> dict:
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         facts = records[0].facts()
         summary["permanent_changes"] = permanent_changes(summary["applied"], facts)
+        summary["changes"] = before_and_after(primary, summary["applied"], primary_compiled)
         summary["timing"] = facts.get("timing")  # the probe's measure of what a timed step costs
         summary["compile"] = facts.get("compile")
         summary["probe_faults"] = [e for e in events if e["kind"] == "probe_fault"]

@@ -83,6 +83,7 @@ def test_killing_the_trainer_leaves_a_readable_record(tmp_path):
                          env=clean_env(), timeout=60)
     assert out.returncode == 0
     assert '"exit_code": 137' in out.stdout
+    assert "exit code 137 (killed by SIGKILL)" in stderr  # the summary at the end says how
 
 
 @pytest.fixture(scope="module")

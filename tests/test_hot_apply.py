@@ -66,10 +66,11 @@ def test_spawned_workers_restarting_each_epoch_are_made_persistent_first(run_fas
         "SELECT value FROM facts WHERE key = 'loader.L0' ORDER BY t DESC LIMIT 1")]
     assert loader["epochs"] == 24 and loader["persistent_workers"]
     # the workers started at each epoch (64 steps) until the change, once more, then not at
-    # the next epoch (later, a num_workers trial may start new ones)
+    # the next epoch (later, a num_workers trial may start new ones). The change comes after
+    # an epoch's worth of steps to compare with: an epoch or two later on a loaded machine.
     steps = [step for step, _ in loader["startups"]]
     restarts = next((i for i, step in enumerate(steps) if step != 64 * i), len(steps))
-    assert 2 <= restarts <= 3 and all(step > 64 * restarts for step in steps[restarts:])
+    assert 2 <= restarts <= 6 and all(step > 64 * restarts for step in steps[restarts:])
     assert all(seconds > 0.5 for _, seconds in loader["startups"])
 
 

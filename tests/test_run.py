@@ -444,6 +444,15 @@ def test_the_demo_shows_a_starved_run_and_the_advisor_fixing_it(run_fastmon, rep
     assert workers["kept"] and workers["speedup"] > 1.5 and workers["params"]["num_workers"] > 0
     assert persistent["kept"] and persistent["speedup"] > 1.1
     assert "persistent_workers=True" in out.stderr
+    # each epoch's new workers are workers, even in the sample taken before the probe named them
+    assert summary["memory"]["other_processes_max"] == 0 and summary["memory"]["workers_seen_max"] >= 2
+    # the run after the fix, with the starved run before it beside it. The demo's model is
+    # tiny, so waiting may stay most of a step after the fix: a far shorter wait, not a share.
+    before, after = summary["changes"]["before"], summary["changes"]["after"]
+    assert after["phase_ms"]["data_wait"]["median"] < before["phase_ms"]["data_wait"]["median"] / 5
+    assert after["samples_per_s"] > 5 * before["samples_per_s"]
+    assert after["step_ms"]["median"] < before["step_ms"]["median"] / 5
+    assert "before and after the changes fastmon made" in out.stderr
 
 
 def test_a_character_cut_across_two_reads_is_recorded_whole(run_fastmon, tmp_path):

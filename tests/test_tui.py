@@ -250,6 +250,19 @@ async def test_every_gpu_of_a_node_has_its_row(count):
         assert app.query_one("#gpu-plot").display == (count <= PLOT_MAX_GPUS)
 
 
+async def test_what_nvml_did_not_give_reads_n_a_not_none_or_zero():
+    app = PanelsOnly()
+    async with app.run_test(size=(160, 48)) as pilot:
+        panel = app.query_one(GpuPanel)
+        snap = gpu_snapshot(1)
+        snap.gpu[0].update(power_w=None, sm_clock=None, temp_c=None, process_mem=None)
+        panel.show(snap)
+        await pilot.pause()
+        row = text_of(app.query_one("#gpu-text")).splitlines()[0]
+        assert "None" not in row and " 0 W" not in row
+        assert "this run n/a GiB  n/a  SM n/a  n/a" in row
+
+
 async def test_the_gpu_plot_draws_at_most_every_few_seconds_and_always_the_latest_samples():
     app = PanelsOnly()
     async with app.run_test(size=(160, 48)) as pilot:
@@ -331,3 +344,24 @@ async def test_the_end_of_the_run_during_teardown_is_no_crash(tmp_path, gone):
         await pilot.pause(0.3)
         await pilot.press("q")
     assert app.return_value is None
+
+
+def test_the_shares_after_a_fix_describe_the_run_as_it_is_now():
+    # The demo's end once said "STARVED: 72%" after the fix: the recent window reached back,
+    # past the change, for enough timed steps (after it, one step in ~50 is timed).
+    from fastmon.phases import STEP_FIELDS
+    from fastmon.summary import rates
+    from fastmon.tui.snapshot import build
+
+    def row(step, data_wait, compute, timed):
+        values = dict.fromkeys(STEP_FIELDS, 0)
+        values.update(step=step, data_wait=data_wait, forward=compute, wall=data_wait + compute, samples=32,
+                      timed=int(timed))
+        return [values[f] for f in STEP_FIELDS]
+
+    rows = [row(s, 0.060, 0.010, True) for s in range(50)]  # starved, every step timed
+    rows += [row(s, 0.001, 0.010, s % 50 == 0) for s in range(50, 400)]  # fixed at step 50
+    snap = build(title="t", status="finished", exit_code=0, elapsed=1.0, run=rates(400, 12800, 5.0, {}), rows=rows,
+                 rank_rows={0: rows}, facts={}, argv=[], host={}, gpu_samples=[], gpu_note="", advice=[],
+                 applied=[{"step": 50, "kept": True}], dropped=0)
+    assert snap.recent.share("data_wait") < 0.1

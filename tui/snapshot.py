@@ -10,7 +10,7 @@ from pathlib import Path
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
 from fastmon.phases import PHASES, STEP_FIELDS
-from fastmon.summary import rates, straggler, window_summary
+from fastmon.summary import rates, since_last_change, straggler, window_summary
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
@@ -105,7 +105,7 @@ def build(*, title, status, exit_code, elapsed, run, rows, rank_rows, facts, arg
     snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=run["steps"],
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
                     run=run, capturing=capturing)
-    snap.recent = Window.from_rows(recent(rows, RECENT_STEPS))
+    snap.recent = Window.from_rows(recent(since_last_change(rows, applied), RECENT_STEPS))
     snap.buckets, snap.bucket_steps = chart_buckets(rows)
     timed = [r for r in rows[-RECENT_STEPS:] if r[_I["timed"]]]
     if timed:

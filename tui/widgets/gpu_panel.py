@@ -13,7 +13,7 @@ from textual_plotext import PlotextPlot
 
 
 def gib(n) -> str:
-    return f"{(n or 0) / 2**30:.1f}"
+    return "n/a" if n is None else f"{n / 2**30:.1f}"
 
 
 # Past this many GPUs their rows fill the panel: the plot would be a line or two high.
@@ -23,6 +23,11 @@ PLOT_MAX_GPUS = 3
 # every sample; the plot, like nvitop's, at most once in this many seconds, and the latest
 # samples always (a trailing draw).
 PLOT_EVERY = 2.0
+
+
+def known(value, unit: str, spec: str = "") -> str:
+    """What NVML gave, or n/a (as nvitop says N/A): never None, never a 0 it did not read."""
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
 class GpuPanel(Vertical):
@@ -50,9 +55,9 @@ class GpuPanel(Vertical):
         lines = []
         for d in snap.gpu:  # one row each, what matters first: a narrow panel cuts the end
             lines.append(
-                f"GPU{d['index']} util {d.get('util')}%  mem {gib(d.get('mem_used'))}/{gib(d.get('mem_total'))} GiB  "
-                f"this run {gib(d.get('process_mem'))} GiB  {d.get('power_w') or 0:.0f} W  SM {d.get('sm_clock')} MHz  "
-                f"{d.get('temp_c')}°C  {d.get('name') or ''}")
+                f"GPU{d['index']} util {known(d.get('util'), '%')}  mem {gib(d.get('mem_used'))}/{gib(d.get('mem_total'))} GiB  "
+                f"this run {gib(d.get('process_mem'))} GiB  {known(d.get('power_w'), ' W', '.0f')}  "
+                f"SM {known(d.get('sm_clock'), ' MHz')}  {known(d.get('temp_c'), '°C')}  {d.get('name') or ''}")
         mem = snap.torch_memory
         if mem:
             lines.append(f"torch allocator: allocated {gib(mem['allocated'])} · reserved {gib(mem['reserved'])} · "
