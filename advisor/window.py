@@ -1,10 +1,13 @@
 """Statistics over a window of step rows (rows aligned with ``STEP_FIELDS``).
 
 Steps, time and samples count every row. Phases, counts and memory come from the timed
-rows (``timed`` 1; on short steps the probe times a random sample of them): medians and
-per-step figures are theirs, and ``phase_totals`` are scaled up to the window's training
-time. Phases leave out the steps that held evaluation forwards (an eval pass run inside
-a training step, as accelerate's and Lightning's loops do): theirs is not training's time."""
+rows (``timed`` 1; on short steps the probe times a random sample of them). Each timed
+row stands for the steps up to the next timed one (the gaps are drawn at random): its
+split of the step is applied to their time, and its phase times weigh as many steps in
+the medians. So a run whose first 50 steps are all timed, or whose sampling rate moved
+after a fix, is not described by where its timed steps crowd. Phases leave out the steps
+that held evaluation forwards (an eval pass inside a training step, as accelerate's and
+Lightning's loops do), with the steps they stand for: theirs is not training's time."""
 
 from __future__ import annotations
 
@@ -26,6 +29,42 @@ def quantile(values: list[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float:
+    """``quantile`` of the values, each repeated its (whole) weight times."""
+    pairs = sorted(p for p in pairs if p[1] > 0)
+    if not pairs:
+        return 0.0
+    pos = (sum(w for _, w in pairs) - 1) * q
+    lo_rank, frac = int(pos), pos - int(pos)
+    seen, lo = 0, None
+    for value, weight in pairs:
+        if lo is None and lo_rank < seen + weight:
+            lo = value
+            if frac == 0 or lo_rank + 1 < seen + weight:
+                return lo
+        elif lo is not None:
+            return lo + (value - lo) * frac
+        seen += weight
+    return lo
+
+
+def segments(rows: list) -> dict[int, tuple[float, int]]:
+    """For each timed row's index: the time and the number of the steps it stands for,
+    itself and the untimed ones up to the next timed row (those before the first timed
+    row go to the first)."""
+    out: dict[int, list] = {}
+    owner = next((i for i, r in enumerate(rows) if r[_I["timed"]]), None)
+    if owner is None:
+        return {}
+    for i, row in enumerate(rows):
+        if row[_I["timed"]]:
+            owner = i
+        seg = out.setdefault(owner, [0.0, 0])
+        seg[0] += row[_I["wall"]]
+        seg[1] += 1
+    return {i: (wall, steps) for i, (wall, steps) in out.items()}
 
 
 def recent(rows, steps: int) -> list:
@@ -85,15 +124,19 @@ class Window:
         if not timed:
             return w
         col = lambda name: [r[_I[name]] or 0 for r in timed]  # noqa: E731
-        training = [r for r in timed if not r[_I["eval_forwards"]]] or timed
-        evaluating = sum(r[_I["wall"]] for r in timed) - sum(r[_I["wall"]] for r in training)
-        training_wall = sum(r[_I["wall"]] for r in training)
-        scale = (w.wall - evaluating) / training_wall if training_wall > 0 else 0.0
+        stands_for = segments(rows)
+        training = [i for i in stands_for if not rows[i][_I["eval_forwards"]]] or list(stands_for)
+        # totals in seconds of the window's training time: the evaluating steps' own time left out
+        covered = sum(stands_for[i][0] for i in training)
+        evaluating = sum(rows[i][_I["wall"]] for i in set(stands_for) - set(training))
+        scale = (w.wall - evaluating) / covered if covered > 0 else 0.0
         for phase in PHASES:
-            values = [r[_I[phase]] or 0 for r in training]
-            w.phase_totals[phase] = sum(values) * scale
-            w.phase_median[phase] = quantile(values, 0.5)
-            w.phase_p90[phase] = quantile(values, 0.9)
+            # the step's split of its time, over the time of the steps it stands for
+            w.phase_totals[phase] = scale * sum((rows[i][_I[phase]] or 0) / rows[i][_I["wall"]] * stands_for[i][0]
+                                                for i in training if rows[i][_I["wall"]] > 0)
+            weighted = [(rows[i][_I[phase]] or 0, stands_for[i][1]) for i in training]
+            w.phase_median[phase] = weighted_quantile(weighted, 0.5)
+            w.phase_p90[phase] = weighted_quantile(weighted, 0.9)
         w.sync_calls = sum(col("sync_calls"))
         w.h2d_bytes = sum(col("h2d_bytes"))
         w.h2d_pageable_bytes = sum(col("h2d_pageable_bytes"))
@@ -105,7 +148,8 @@ class Window:
         w.mem_peak = max(col("mem_peak"))
         w.micro_batches = sum(col("micro_batches"))
         waits = [_I[p] for p in WAIT_PHASES if p in _I]
-        w.own_work_median = quantile([r[_I["wall"]] - sum(r[i] or 0 for i in waits) for r in timed], 0.5)
+        w.own_work_median = weighted_quantile([(rows[i][_I["wall"]] - sum(rows[i][k] or 0 for k in waits), n)
+                                               for i, (_, n) in stands_for.items()], 0.5)
         return w
 
     @property

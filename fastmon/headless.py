@@ -10,7 +10,7 @@ from fastmon.advisor import Window, recent
 from fastmon.advisor.types import SUGGESTION, gain_text
 from fastmon.phases import PHASE_LABELS, PHASES
 from fastmon.report import profile_lines, spawned_line
-from fastmon.summary import since_last_change
+from fastmon.summary import current_rows
 from fastmon.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
@@ -29,7 +29,7 @@ def status_line(session) -> str:
     if not steps:
         # "0.0 steps/s" while the script imports and loads its data reads like a stall
         return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
-    window = Window.from_rows(recent(since_last_change(rows, applied), STATUS_WINDOW))
+    window = Window.from_rows(recent(current_rows(rows, applied, session.left_out_steps()), STATUS_WINDOW))
     shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
     parts = [f"[fastmon] step {steps}", f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]
     if shares:

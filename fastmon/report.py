@@ -45,9 +45,9 @@ def startup_lines(s: dict) -> list[str]:
     lines = []
     startup = s.get("startup_steps") or []
     if startup:
-        shown = ", ".join(f"step {u['step']}: {u['wall_s']:.2f} s" for u in startup[:4])
+        shown = ", ".join(f"step {u['step']}: {u['wall_s']:.2f} s ({u['why']})" for u in startup[:4])
         more = f" and {len(startup) - 4} more" if len(startup) > 4 else ""
-        lines.append(f"  compiling (torch.compile): {shown}{more}; left out of the rates, shares and medians")
+        lines.append(f"  start-up, left out of the rates, shares and medians: {shown}{more}")
     compiled = s.get("compile")
     if compiled:
         seconds = compiled.get("compile_seconds")
@@ -68,6 +68,15 @@ def ending(exit_code: int | None) -> str:
     if exit_code > 128 and exit_code - 128 in signal.Signals._value2member_map_:
         return f"exit code {exit_code} (killed by {signal.Signals(exit_code - 128).name})"
     return f"exit code {exit_code}"
+
+
+def gpu_run_line(d: dict) -> str:
+    """One GPU over the run (``summary.gpu_figures``): the report's line, and the ended
+    dashboard's. What NVML did not give reads n/a."""
+    util, peak, total, power = d["util_mean"], d["mem_used_peak"], d["mem_total"], d["power_w_mean"]
+    return (f"GPU {d['index']} {d['name']}: util {'n/a' if util is None else f'{util}% mean'}, "
+            f"memory peak {'n/a' if peak is None else mib(peak)} of {'n/a' if total is None else mib(total)}, "
+            f"power {'n/a' if power is None else f'{power} W mean'}")
 
 
 def change_lines(changes: dict | None) -> list[str]:
@@ -103,9 +112,10 @@ def format_text(s: dict) -> str:
         lines.append("  note: no training step seen: a step ends at optimizer.step() (or at a backward, with no "
                      "optimizer) in the process fastmon started")
     lines.append("")
-    timed = s.get("timed_steps", s["steps"])
-    if timed < s["steps"]:
-        line = f"  phases timed in {timed} of the {s['steps']} steps, a random sample"
+    timed, steady = s.get("timed_steps", s["steps"]), s.get("steady_steps", s["steps"])
+    if timed < steady:
+        line = (f"  phases timed in {timed} of the {steady} steps{' of the steady run' if steady < s['steps'] else ''}, "
+                f"a random sample, each standing for the steps up to the next")
         price = s.get("timing")
         if price:
             line += (f" (a timed step costs ~{price['timed_step_us'] / 1e3:.2f} ms here, measured on "
@@ -136,9 +146,7 @@ def format_text(s: dict) -> str:
     lines.append(f"  memory: trainer RSS peak {mib(mem['trainer_rss_peak'])}, {workers}{others}, {allocator}")
     gpu = s["gpu"]
     if gpu.get("available"):
-        for d in gpu["devices"]:
-            lines.append(f"  GPU {d['index']} {d['name']}: util {d['util_mean']}% mean, memory peak "
-                         f"{mib(d['mem_used_peak'])} of {mib(d['mem_total'])}, power {d['power_w_mean']} W mean")
+        lines += [f"  {gpu_run_line(d)}" for d in gpu["devices"]]
     else:
         lines.append(f"  GPU: {gpu.get('note')}")
     if s.get("ranks"):

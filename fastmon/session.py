@@ -21,13 +21,14 @@ from pathlib import Path
 from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.phases import STEP_FIELDS
 from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.sample_count import samples_in_first
 from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.script_output import ScriptOutput
 from fastmon.step_events import StepAssembler
+from fastmon.summary import rates
 from fastmon.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.wire import SEND_EVERY
 
@@ -48,8 +49,6 @@ _RANK = STEP_FIELDS.index("rank")
 _WALL = STEP_FIELDS.index("wall")
 _STEP = STEP_FIELDS.index("step")
 _SAMPLES = STEP_FIELDS.index("samples")
-_PHASE_COLUMNS = [STEP_FIELDS.index(p) for p in PHASES]
-_TIMED = STEP_FIELDS.index("timed")
 
 
 @dataclass
@@ -71,7 +70,18 @@ class RankState:
     steps: int = 0
     samples: int = 0
     wall: float = 0.0
-    phase_totals: list = field(default_factory=lambda: [0.0] * len(PHASES))  # seconds, the timed steps of the run
+    # the start-up steps (``summary.steady_left_out``): step -> (wall, samples)
+    left_out: dict = field(default_factory=dict)
+
+    def leave_out(self, row) -> None:
+        self.left_out[row[_STEP]] = (row[_WALL], row[_SAMPLES])
+
+    def steady_rates(self) -> dict:
+        """The steady run's rates, as the report computes them from the record."""
+        if self.steps <= len(self.left_out):
+            return rates(self.steps, self.samples, self.wall)
+        return rates(self.steps - len(self.left_out), self.samples - sum(n for _, n in self.left_out.values()),
+                     self.wall - sum(w for w, _ in self.left_out.values()))
 
 
 @dataclass
@@ -221,14 +231,12 @@ class Session:
             if kind == "events":
                 for row in self._assemble(message):
                     rank_state = state.ranks.setdefault(row[_RANK], RankState())
+                    if not rank_state.steps or (row[_RANK] == 0 and any(row[_STEP] in r for r in self.compiled)):
+                        rank_state.leave_out(row)
                     rank_state.rows.append(row)
                     rank_state.steps += 1
                     rank_state.samples += row[_SAMPLES]
                     rank_state.wall += row[_WALL]
-                    if row[_TIMED]:
-                        totals = rank_state.phase_totals
-                        for i, column in enumerate(_PHASE_COLUMNS):
-                            totals[i] += row[column]
                     rec.put("steps", tuple(row))
             elif kind == "device":
                 rec.put("device_steps", tuple(message.get(f) for f in DEVICE_FIELDS))
@@ -247,6 +255,10 @@ class Session:
                     self.captured.append(range(message["first"], message["first"] + message["steps"]))
                 elif message["kind"] == "compiled" and message.get("rank", 0) == 0:
                     self.compiled.append(range(message["from_step"], message["to_step"] + 1))
+                    rank0 = state.ranks.get(0)
+                    for row in rank0.rows if rank0 else ():
+                        if row[_STEP] in self.compiled[-1]:
+                            rank0.leave_out(row)
                 elif message["kind"] == "profile":
                     # Until its tables were done the training shared the process with them: those
                     # steps are left out too.
@@ -326,6 +338,12 @@ class Session:
         with self.lock:
             rank_state = self.state.ranks.get(rank)
             return list(rank_state.rows) if rank_state else []
+
+    def left_out_steps(self, rank: int = 0) -> set[int]:
+        """The rank's start-up steps, left out of the steady run."""
+        with self.lock:
+            rank_state = self.state.ranks.get(rank)
+            return set(rank_state.left_out) if rank_state else set()
 
     def measured_rows(self) -> list:
         """Rank 0's rows without the steps a torch.profiler capture slowed or that compiled."""

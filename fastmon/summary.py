@@ -17,13 +17,49 @@ STRAGGLER_STEP_SHARE = 0.05  # ... and worth at least this share of a step: the 
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
-def rates(steps: int, samples: int, wall: float, phase_totals: dict) -> dict:
+FIRST_STEP_NAMED_SHARE = 0.2  # the first step's phases this big are named beside it
+
+
+def rates(steps: int, samples: int, wall: float, phase_totals: dict | None = None) -> dict:
     """The run-wide figures from running totals (what the header shows), rounded as the report."""
-    total = sum(phase_totals.values())
-    return {"steps": steps, "samples": samples, "duration_s": round(wall, 4),
-            "steps_per_s": round(steps / wall, 3) if wall > 0 else 0.0,
-            "samples_per_s": round(samples / wall, 3) if wall > 0 else 0.0,
-            "phases": {p: round(v / total, 5) if total > 0 else 0.0 for p, v in phase_totals.items()}}
+    out = {"steps": steps, "samples": samples, "duration_s": round(wall, 4),
+           "steps_per_s": round(steps / wall, 3) if wall > 0 else 0.0,
+           "samples_per_s": round(samples / wall, 3) if wall > 0 else 0.0}
+    if phase_totals is not None:
+        total = sum(phase_totals.values())
+        out["phases"] = {p: round(v / total, 5) if total > 0 else 0.0 for p, v in phase_totals.items()}
+    return out
+
+
+def steady_left_out(rows: list, compiled: set[int]) -> dict[int, str]:
+    """The start-up steps, left out of the steady run's rates, shares and medians, and why:
+    those in which torch.compile compiled, and the first step when more follow (CUDA's and
+    cuDNN's start, the allocator's first blocks, the first batch's workers, lazy modules)."""
+    out = {r[_I["step"]]: "torch.compile" for r in rows if r[_I["step"]] in compiled}
+    if len(rows) > 1 and rows[0][_I["step"]] not in out:
+        out[rows[0][_I["step"]]] = first_step_why(rows[0])
+    return out
+
+
+def first_step_why(row) -> str:
+    wall = row[_I["wall"]]
+    if not row[_I["timed"]] or wall <= 0:
+        return "first step"
+    big = sorted((p for p in PHASES if (row[_I[p]] or 0) >= FIRST_STEP_NAMED_SHARE * wall),
+                 key=lambda p: -row[_I[p]])
+    return "first step" + (": " + ", ".join(f"{p} {row[_I[p]] * 1e3:,.0f} ms" for p in big) if big else "")
+
+
+def steady_rates(rows: list, left_out) -> dict:
+    """The steady run's steps/s and samples/s (the dashboard header's "run" figures)."""
+    steady = [r for r in rows if r[_I["step"]] not in left_out] or rows
+    return rates(len(steady), sum(r[_I["samples"]] or 0 for r in steady), sum(r[_I["wall"]] for r in steady))
+
+
+def current_rows(rows: list, applied: list[dict], left_out) -> list:
+    """The steady run as it is now (what a finished run's shares bar shows, and the
+    report's "after" column): since the last change that stayed in effect."""
+    return since_last_change([r for r in rows if r[_I["step"]] not in left_out] or rows, applied)
 
 
 def window_summary(window: Window) -> dict:
@@ -116,16 +152,18 @@ def summarize(run_dir) -> dict:
         events = [e for rec in records for e in rec.events()]
         compiled = compile_steps(events)
         primary_compiled = compiled.get(ranks[0] if ranks else 0, set())
+        left_out = steady_left_out(primary, primary_compiled)
         summary = {"run": ", ".join(map(str, dirs)), "folders": len(dirs), "script": meta.get("script"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
-                   **steady_summary(primary, primary_compiled)}
-        summary["startup_steps"] = [{"step": r[_I["step"]], "wall_s": round(r[_I["wall"]], 4), "why": "torch.compile"}
-                                    for r in primary if r[_I["step"]] in primary_compiled]
+                   **steady_summary(primary, set(left_out))}
+        summary["startup_steps"] = [{"step": r[_I["step"]], "wall_s": round(r[_I["wall"]], 4),
+                                     "why": left_out[r[_I["step"]]]} for r in primary if r[_I["step"]] in left_out]
         summary["ranks"] = []
         if len(ranks) > 1:
             for rank in ranks:
                 rows = [r for r in all_rows if r[_I["rank"]] == rank]
-                summary["ranks"].append({"rank": rank, **steady_summary(rows, compiled.get(rank, set()))})
+                rank_left_out = set(steady_left_out(rows, compiled.get(rank, set())))
+                summary["ranks"].append({"rank": rank, **steady_summary(rows, rank_left_out)})
         summary["straggler"] = straggler(summary["ranks"])
         summary["memory"] = _memory(primary, records[0])
         summary["gpu"] = _gpu(records[0], meta)
@@ -139,7 +177,7 @@ def summarize(run_dir) -> dict:
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         facts = records[0].facts()
         summary["permanent_changes"] = permanent_changes(summary["applied"], facts)
-        summary["changes"] = before_and_after(primary, summary["applied"], primary_compiled)
+        summary["changes"] = before_and_after(primary, summary["applied"], set(left_out))
         summary["timing"] = facts.get("timing")  # the probe's measure of what a timed step costs
         summary["compile"] = facts.get("compile")
         summary["probe_faults"] = [e for e in events if e["kind"] == "probe_fault"]
@@ -174,21 +212,25 @@ def _gpu(record: RunRecord, meta: dict) -> dict:
     samples = record.samples("gpu")
     if not samples:
         return {"available": False, "note": meta.get("gpu_note") or "no GPU samples"}
+    return {"available": True, "devices": gpu_figures([sample for _, _, sample in samples])}
+
+
+def gpu_figures(samples: list[list[dict]]) -> list[dict]:
+    """Each GPU over the run from NVML's samples: mean utilization and power, peak memory
+    (None where NVML gave nothing)."""
     devices: dict[int, dict] = {}
-    for _, _, sample in samples:
+    for sample in samples:
         for d in sample:
             entry = devices.setdefault(d["index"], {"index": d["index"], "name": d.get("name"), "util": [],
                                                     "mem_used": [], "power_w": [], "mem_total": d.get("mem_total")})
             for key in ("util", "mem_used", "power_w"):
                 if d.get(key) is not None:
                     entry[key].append(d[key])
-    out = []
-    for entry in devices.values():
-        out.append({"index": entry["index"], "name": entry["name"],
-                    "util_mean": round(sum(entry["util"]) / len(entry["util"]), 1) if entry["util"] else None,
-                    "mem_used_peak": max(entry["mem_used"], default=None), "mem_total": entry["mem_total"],
-                    "power_w_mean": round(sum(entry["power_w"]) / len(entry["power_w"]), 1) if entry["power_w"] else None})
-    return {"available": True, "devices": out}
+    return [{"index": entry["index"], "name": entry["name"],
+             "util_mean": round(sum(entry["util"]) / len(entry["util"]), 1) if entry["util"] else None,
+             "mem_used_peak": max(entry["mem_used"], default=None), "mem_total": entry["mem_total"],
+             "power_w_mean": round(sum(entry["power_w"]) / len(entry["power_w"]), 1) if entry["power_w"] else None}
+            for entry in devices.values()]
 
 
 def _device(record: RunRecord) -> dict | None:

@@ -15,6 +15,7 @@ from textual.containers import Horizontal
 from conftest import EXAMPLES, ROOT
 from fastmon.session import RunOptions, Session
 from fastmon.phases import PHASES
+from fastmon.report import gpu_run_line
 from fastmon.summary import summarize
 from fastmon.tui.app import BUSY_REDRAW_EVERY, REDRAW_EVERY, FastmonApp
 from fastmon.tui.messages import RunEnded
@@ -32,6 +33,9 @@ from fastmon.tui.widgets.shares_bar import SharesBar
 from fastmon.tui.widgets.step_breakdown import AXIS_WIDTH, CUT, EIGHTHS, StepBreakdown
 
 RECORDED = ROOT / "tests" / "data" / "starved-run"
+# fastmon's records of nanoGPT eager and compiled and a transformers Trainer run on an H200
+# (copies of ../shared/gpu-runs/2026-12-04), and this repo's recorded starved run
+RECORDED_RUNS = sorted((ROOT / "tests" / "data").iterdir())
 
 
 def text_of(widget) -> str:
@@ -192,7 +196,8 @@ async def test_replay_shows_the_numbers_of_the_report(tmp_path):
         assert f"step {report['steps']}" in header
         assert f"{report['steps_per_s']:,.2f} steps/s" in header
         assert f"{report['samples_per_s']:,.1f} samples/s" in header
-        assert app.snapshot.run["phases"] == report["phases"]
+        assert {p: round(v, 5) for p, v in app.snapshot.recent.shares.items()} == pytest.approx(
+            current_phases(report), abs=2e-5)
         await pilot.press("home")
         assert app.source.position == 1
         await pilot.press("right")
@@ -205,6 +210,52 @@ async def test_replay_shows_the_numbers_of_the_report(tmp_path):
         await wait_until(pilot, lambda: any("Trace written" in text_of(toast) for toast in app.query("Toast")))
         steps = [e for e in json.loads(trace_file.read_text())["traceEvents"] if e["ph"] == "X"]
         assert len(steps) == report["steps"]
+        await pilot.press("q")
+
+
+def current_phases(report: dict) -> dict:
+    """The report's figures of the run as it is now: after the last change it kept, or the steady run."""
+    return (report["changes"] or {}).get("after", report)["phases"]
+
+
+async def test_the_finished_dashboard_shows_the_report_s_figures(tmp_path):
+    # the demo's starved loader, fixed live: the screen at the end is the report's "after"
+    options = RunOptions(target=[str(EXAMPLES / "starved.py"), "--epochs", "4"], apply="auto",
+                         runs_dir=str(tmp_path / "runs"))
+    session = Session(options)
+    session.start()
+    try:
+        app = FastmonApp(LiveSource(session), session=session)
+        async with app.run_test(size=(200, 60)) as pilot:
+            await wait_until(pilot, lambda: app.snapshot is not None and app.snapshot.status == "finished")
+            await pilot.pause(0.5)
+            header = text_of(app.query_one(RunHeader))
+            shown = {p: round(v, 5) for p, v in app.snapshot.recent.shares.items()}
+            await pilot.press("q")
+    finally:
+        session.terminate()
+        session.wait()
+    report = summarize(session.run_dir)
+    assert report["applied"] and report["changes"]  # a fix stayed in effect
+    assert f"run {report['steps_per_s']:,.2f} steps/s, {report['samples_per_s']:,.1f} samples/s" in header
+    assert shown == pytest.approx(current_phases(report), abs=2e-5)
+
+
+@pytest.mark.parametrize("recorded", RECORDED_RUNS, ids=lambda p: p.name)
+async def test_the_replay_at_its_end_shows_the_report_s_figures(tmp_path, recorded):
+    run = tmp_path / "run"
+    shutil.copytree(recorded, run)
+    report = summarize(run)
+    app = FastmonApp(ReplaySource(run))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause(0.3)
+        header = text_of(app.query_one(RunHeader))
+        assert f"run {report['steps_per_s']:,.2f} steps/s, {report['samples_per_s']:,.1f} samples/s" in header
+        shown = {p: round(v, 5) for p, v in app.snapshot.recent.shares.items()}
+        assert shown == pytest.approx(current_phases(report), abs=2e-5)
+        gpu_text = text_of(app.query_one("#gpu-text"))
+        for device in (report["gpu"].get("devices") or []):
+            assert gpu_run_line(device) in gpu_text
         await pilot.press("q")
 
 
@@ -231,7 +282,7 @@ def gpu_snapshot(count: int) -> SimpleNamespace:
     gpus = [{"index": i, "name": "NVIDIA H200", "util": 40 + i, "mem_used": 20 * 2**30, "mem_total": 141 * 2**30,
              "power_w": 300.0, "sm_clock": 1980, "temp_c": 50, "process_mem": 18 * 2**30} for i in range(count)]
     history = {i: {"util": [40.0] * 30, "mem": [14.0] * 30} for i in range(count)}
-    return SimpleNamespace(gpu=gpus, gpu_note="", gpu_history=history,
+    return SimpleNamespace(gpu=gpus, gpu_note="", gpu_history=history, gpu_run=[],
                            torch_memory={"allocated": 2**34, "reserved": 2**35, "peak": 2**35})
 
 
@@ -361,7 +412,7 @@ def test_the_shares_after_a_fix_describe_the_run_as_it_is_now():
 
     rows = [row(s, 0.060, 0.010, True) for s in range(50)]  # starved, every step timed
     rows += [row(s, 0.001, 0.010, s % 50 == 0) for s in range(50, 400)]  # fixed at step 50
-    snap = build(title="t", status="finished", exit_code=0, elapsed=1.0, run=rates(400, 12800, 5.0, {}), rows=rows,
+    snap = build(title="t", status="finished", exit_code=0, elapsed=1.0, steps=400, run=rates(400, 12800, 5.0), rows=rows,
                  rank_rows={0: rows}, facts={}, argv=[], host={}, gpu_samples=[], gpu_note="", advice=[],
                  applied=[{"step": 50, "kept": True}], dropped=0)
     assert snap.recent.share("data_wait") < 0.1

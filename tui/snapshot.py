@@ -10,11 +10,13 @@ from pathlib import Path
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
 from fastmon.phases import PHASES, STEP_FIELDS
-from fastmon.summary import rates, since_last_change, straggler, window_summary
+from fastmon.summary import (compile_steps, current_rows, gpu_figures, rates, since_last_change, steady_left_out, straggler,
+                             window_summary)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
 RECENT_STEPS = 100
+ENDED = ("finished", "crashed", "detached", "ended")  # a run in these shows its steady run as it is now
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 _EPOCHS_ARG = re.compile(r"^--(?:max[-_]|num[-_])?epochs?(?:=(\d+))?$")
 
@@ -26,8 +28,8 @@ class Snapshot:
     exit_code: int | None = None
     elapsed: float = 0.0
     steps: int = 0
-    run: dict = field(default_factory=dict)  # window_summary of every step so far
-    recent: Window = field(default_factory=Window)
+    run: dict = field(default_factory=dict)  # the steady run's rates so far (summary.rates)
+    recent: Window = field(default_factory=Window)  # the steps that show the run as it is now
     buckets: list = field(default_factory=list)  # [{phase: ms}] oldest first
     bucket_steps: int = 1
     epoch: int | None = None
@@ -37,6 +39,7 @@ class Snapshot:
     gpu: list = field(default_factory=list)  # latest sample per device
     gpu_history: dict = field(default_factory=dict)  # index -> {"util": [...], "mem": [...]}
     gpu_note: str = ""
+    gpu_run: list = field(default_factory=list)  # summary.gpu_figures of the samples, once the run has ended
     torch_memory: dict = field(default_factory=dict)
     advice: list = field(default_factory=list)
     applied: list = field(default_factory=list)
@@ -99,13 +102,15 @@ def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
     return ranks, straggler(ranks)
 
 
-def build(*, title, status, exit_code, elapsed, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
-          advice, applied, dropped, replay=None, capturing=False) -> Snapshot:
-    """``run``: the run-wide figures (``summary.rates``); ``rows``: the latest steps, enough for the chart."""
-    snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=run["steps"],
+def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
+          advice, applied, dropped, replay=None, capturing=False, current: Window | None = None) -> Snapshot:
+    """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
+    ``current``: the steady run since the last change, for a run that has ended (the
+    report's figures); else the shares are of the latest steps."""
+    snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps,
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
                     run=run, capturing=capturing)
-    snap.recent = Window.from_rows(recent(since_last_change(rows, applied), RECENT_STEPS))
+    snap.recent = current or Window.from_rows(recent(since_last_change(rows, applied), RECENT_STEPS))
     snap.buckets, snap.bucket_steps = chart_buckets(rows)
     timed = [r for r in rows[-RECENT_STEPS:] if r[_I["timed"]]]
     if timed:
@@ -114,6 +119,8 @@ def build(*, title, status, exit_code, elapsed, run, rows, rank_rows, facts, arg
                              "peak": max(r[_I["mem_peak"]] or 0 for r in timed)}
     if gpu_samples:
         snap.gpu = gpu_samples[-1]
+        if current is not None:
+            snap.gpu_run = gpu_figures(gpu_samples)
         for sample in gpu_samples[-120:]:
             for d in sample:
                 hist = snap.gpu_history.setdefault(d["index"], {"util": [], "mem": []})
@@ -134,6 +141,15 @@ class LiveSource:
         self.session = session
         self.title = " ".join(session.options.target)
         self._output_seen = 0
+        self._current: tuple[int, Window] | None = None  # (steps, window) once the run has ended
+
+    def _current_window(self, steps: int, applied: list) -> Window:
+        """The report's figures of the steady run since the last change, computed once per
+        step count: the session keeps its last ``HISTORY`` rows."""
+        if self._current is None or self._current[0] != steps:
+            rows = self.session.rows()
+            self._current = (steps, Window.from_rows(current_rows(rows, applied, self.session.left_out_steps())))
+        return self._current[1]
 
     def snapshot(self) -> Snapshot:
         session = self.session
@@ -141,8 +157,8 @@ class LiveSource:
         with session.lock:
             rank_rows = {rank: list(rs.rows)[-CHART_STEPS:] for rank, rs in state.ranks.items()}
             first = state.ranks[min(state.ranks)] if state.ranks else None
-            run = rates(first.steps, first.samples, first.wall, dict(zip(PHASES, first.phase_totals))) if first \
-                else rates(0, 0, 0.0, dict.fromkeys(PHASES, 0.0))
+            run = first.steady_rates() if first else rates(0, 0, 0.0)
+            steps = first.steps if first else 0
             facts = dict(state.facts)
             host = dict(state.host)
             gpu = list(state.gpu)
@@ -153,10 +169,11 @@ class LiveSource:
             elapsed = (state.ended or time.time()) - state.started
         rows = rank_rows.get(min(rank_rows), []) if rank_rows else []
         argv = list(session.options.target[2:] if session.options.target[0] == "-m" else session.options.target[1:])
-        return build(title=self.title, status=status, exit_code=exit_code, elapsed=elapsed, run=run, rows=rows,
-                     rank_rows=rank_rows, facts=facts, argv=argv, host=host, gpu_samples=gpu,
+        current = self._current_window(steps, applied) if status in ENDED and rows else None
+        return build(title=self.title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps, run=run,
+                     rows=rows, rank_rows=rank_rows, facts=facts, argv=argv, host=host, gpu_samples=gpu,
                      gpu_note=session.gpu.note, advice=advice, applied=applied, dropped=dropped,
-                     capturing=capturing)
+                     capturing=capturing, current=current)
 
     @property
     def run_dir(self):
@@ -202,19 +219,32 @@ class ReplaySource:
         for row in all_rows:
             self.rank_rows.setdefault(row[_I["rank"]], []).append(row)
         self.rows = self.rank_rows.get(min(self.rank_rows), []) if self.rank_rows else []
+        first_rank = min(self.rank_rows) if self.rank_rows else 0
+        self.left_out = steady_left_out(self.rows, compile_steps(self.recorded_events).get(first_rank, set()))
+        # the steady run's steps, samples and time up to each position: rates at any step in O(1)
+        self._steady_sums = [(0, 0, 0.0)]
+        for row in self.rows:
+            steps, samples, wall = self._steady_sums[-1]
+            if row[_I["step"]] not in self.left_out:
+                steps, samples, wall = steps + 1, samples + (row[_I["samples"]] or 0), wall + row[_I["wall"]]
+            self._steady_sums.append((steps, samples, wall))
+        self._current: Window | None = None
         self.position = len(self.rows)  # steps shown: rows[:position]
         self.title = " ".join(self.meta.get("target") or []) or str(run_dir)
         self._log_sent = False
-        self._run_cache: tuple[int, dict] | None = None
 
     def _run_upto(self) -> dict:
-        """Run-wide figures up to the scrubber, computed once per position."""
-        if self._run_cache is None or self._run_cache[0] != self.position:
+        """The steady run's rates up to the scrubber (all its steps while it holds only start-up)."""
+        steps, samples, wall = self._steady_sums[self.position]
+        if not steps:
             rows = self.rows[:self.position]
-            totals = {p: sum(r[_I[p]] or 0 for r in rows) for p in PHASES}  # untimed rows: None
-            run = rates(len(rows), sum(r[_I["samples"]] for r in rows), sum(r[_I["wall"]] for r in rows), totals)
-            self._run_cache = (self.position, run)
-        return self._run_cache[1]
+            return rates(len(rows), sum(r[_I["samples"]] or 0 for r in rows), sum(r[_I["wall"]] for r in rows))
+        return rates(steps, samples, wall)
+
+    def _current_window(self) -> Window:
+        if self._current is None:
+            self._current = Window.from_rows(current_rows(self.rows, self.applied, self.left_out))
+        return self._current
 
     def move(self, delta: int) -> None:
         self.position = min(max(self.position + delta, 1 if self.rows else 0), len(self.rows))
@@ -235,10 +265,11 @@ class ReplaySource:
         rank_rows = {rank: [r for r in rs if r[_I["t_end"]] <= t][-CHART_STEPS:] for rank, rs in self.rank_rows.items()}
         started = self.meta.get("started") or (rows[0][_I["t_end"]] if rows else 0)
         return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
-                     elapsed=max(t - started, 0.0), run=self._run_upto(), rows=rows[-CHART_STEPS:], rank_rows=rank_rows, facts=self.facts, argv=argv,
-                     host=host, gpu_samples=gpu, gpu_note=self.meta.get("gpu_note") or "", advice=self.advice,
-                     applied=self.applied, dropped=self.meta.get("dropped", 0),
-                     replay=(self.position, len(self.rows)))
+                     elapsed=max(t - started, 0.0), steps=len(rows), run=self._run_upto(), rows=rows[-CHART_STEPS:],
+                     rank_rows=rank_rows, facts=self.facts, argv=argv, host=host, gpu_samples=gpu,
+                     gpu_note=self.meta.get("gpu_note") or "", advice=self.advice, applied=self.applied,
+                     dropped=self.meta.get("dropped", 0), replay=(self.position, len(self.rows)),
+                     current=self._current_window() if at_end and rows else None)
 
     def events(self, kind: str) -> list[dict]:
         return [e for e in self.recorded_events if e["kind"] == kind]

@@ -11,6 +11,8 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
+from fastmon.report import gpu_run_line
+
 
 def gib(n) -> str:
     return "n/a" if n is None else f"{n / 2**30:.1f}"
@@ -58,6 +60,7 @@ class GpuPanel(Vertical):
                 f"GPU{d['index']} util {known(d.get('util'), '%')}  mem {gib(d.get('mem_used'))}/{gib(d.get('mem_total'))} GiB  "
                 f"this run {gib(d.get('process_mem'))} GiB  {known(d.get('power_w'), ' W', '.0f')}  "
                 f"SM {known(d.get('sm_clock'), ' MHz')}  {known(d.get('temp_c'), '°C')}  {d.get('name') or ''}")
+        lines += [f"over the run: {gpu_run_line(d)}" for d in snap.gpu_run]  # the report's line
         mem = snap.torch_memory
         if mem:
             lines.append(f"torch allocator: allocated {gib(mem['allocated'])} · reserved {gib(mem['reserved'])} · "
