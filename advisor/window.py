@@ -11,6 +11,7 @@ Lightning's loops do), with the steps they stand for: theirs is not training's t
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from fastmon.phases import PHASES, STEP_FIELDS
@@ -21,10 +22,10 @@ WAIT_PHASES = ("backward", "sync", "comm")
 MIN_TIMED_ROWS = 20  # a recent window reaches back until it holds this many timed steps
 
 
-def quantile(values: list[float], q: float) -> float:
+def quantile(values: list[float], q: float, ordered: bool = False) -> float:
     if not values:
         return 0.0
-    ordered = sorted(values)
+    ordered = values if ordered else sorted(values)
     pos = (len(ordered) - 1) * q
     lo = int(pos)
     hi = min(lo + 1, len(ordered) - 1)
@@ -50,21 +51,15 @@ def weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float:
     return lo
 
 
-def segments(rows: list) -> dict[int, tuple[float, int]]:
-    """For each timed row's index: the time and the number of the steps it stands for,
-    itself and the untimed ones up to the next timed row (those before the first timed
-    row go to the first)."""
-    out: dict[int, list] = {}
-    owner = next((i for i, r in enumerate(rows) if r[_I["timed"]]), None)
-    if owner is None:
+def segments(walls: list[float], timed: list[int]) -> dict[int, tuple[float, int]]:
+    """For each timed position (ascending): the time and the number of the steps it stands
+    for, itself and the untimed ones up to the next timed one (those before the first timed
+    one go to the first)."""
+    if not timed:
         return {}
-    for i, row in enumerate(rows):
-        if row[_I["timed"]]:
-            owner = i
-        seg = out.setdefault(owner, [0.0, 0])
-        seg[0] += row[_I["wall"]]
-        seg[1] += 1
-    return {i: (wall, steps) for i, (wall, steps) in out.items()}
+    ends = [0, *timed[1:], len(walls)]
+    prefix = [0.0, *itertools.accumulate(walls)]
+    return {pos: (prefix[end] - prefix[start], end - start) for pos, start, end in zip(timed, ends, ends[1:])}
 
 
 def recent(rows, steps: int) -> list:
@@ -106,35 +101,46 @@ class Window:
 
     @classmethod
     def from_rows(cls, rows) -> "Window":
-        w = cls()
         rows = list(rows)
+        return cls.from_columns([r[_I["wall"]] for r in rows], sum(r[_I["samples"]] or 0 for r in rows),
+                                {i: r for i, r in enumerate(rows) if r[_I["timed"]]},
+                                rows[0][_I["step"]] if rows else 0, rows[-1][_I["step"]] if rows else 0)
+
+    @classmethod
+    def from_columns(cls, walls: list[float], samples: int, timed: dict[int, tuple], first_step: int,
+                     last_step: int) -> "Window":
+        """The window of steps whose wall times are ``walls`` (in step order), ``samples``
+        in all, with the full rows of the timed ones by position: a long run's record is
+        read so, without a row object per step."""
+        w = cls()
         w.phase_totals = {p: 0.0 for p in PHASES}
         w.phase_median = dict(w.phase_totals)
         w.phase_p90 = dict(w.phase_totals)
-        if not rows:
+        if not walls:
             return w
-        timed = [r for r in rows if r[_I["timed"]]]
-        walls = [r[_I["wall"]] for r in rows]
-        w.steps, w.timed_steps = len(rows), len(timed)
+        w.steps, w.timed_steps = len(walls), len(timed)
         w.wall = sum(walls)
-        w.samples = sum(r[_I["samples"]] or 0 for r in rows)
-        w.step_median = quantile(walls, 0.5)
-        w.step_p90 = quantile(walls, 0.9)
-        w.first_step, w.last_step = rows[0][_I["step"]], rows[-1][_I["step"]]
+        w.samples = samples
+        ordered = sorted(walls)
+        w.step_median = quantile(ordered, 0.5, ordered=True)
+        w.step_p90 = quantile(ordered, 0.9, ordered=True)
+        w.first_step, w.last_step = first_step, last_step
         if not timed:
             return w
-        col = lambda name: [r[_I[name]] or 0 for r in timed]  # noqa: E731
-        stands_for = segments(rows)
-        training = [i for i in stands_for if not rows[i][_I["eval_forwards"]]] or list(stands_for)
+        order = sorted(timed)
+        rows = [timed[i] for i in order]
+        col = lambda name: [r[_I[name]] or 0 for r in rows]  # noqa: E731
+        stands_for = segments(walls, order)
+        training = [i for i in order if not timed[i][_I["eval_forwards"]]] or order
         # totals in seconds of the window's training time: the evaluating steps' own time left out
         covered = sum(stands_for[i][0] for i in training)
-        evaluating = sum(rows[i][_I["wall"]] for i in set(stands_for) - set(training))
+        evaluating = sum(timed[i][_I["wall"]] for i in set(order) - set(training))
         scale = (w.wall - evaluating) / covered if covered > 0 else 0.0
         for phase in PHASES:
             # the step's split of its time, over the time of the steps it stands for
-            w.phase_totals[phase] = scale * sum((rows[i][_I[phase]] or 0) / rows[i][_I["wall"]] * stands_for[i][0]
-                                                for i in training if rows[i][_I["wall"]] > 0)
-            weighted = [(rows[i][_I[phase]] or 0, stands_for[i][1]) for i in training]
+            w.phase_totals[phase] = scale * sum((timed[i][_I[phase]] or 0) / timed[i][_I["wall"]] * stands_for[i][0]
+                                                for i in training if timed[i][_I["wall"]] > 0)
+            weighted = [(timed[i][_I[phase]] or 0, stands_for[i][1]) for i in training]
             w.phase_median[phase] = weighted_quantile(weighted, 0.5)
             w.phase_p90[phase] = weighted_quantile(weighted, 0.9)
         w.sync_calls = sum(col("sync_calls"))
@@ -144,12 +150,12 @@ class Window:
         w.eval_grad_forwards = sum(col("eval_grad_forwards"))
         allocs = col("mem_alloc")
         w.mem_alloc_first, w.mem_alloc_last = allocs[0], allocs[-1]
-        w.mem_steps = timed[-1][_I["step"]] - timed[0][_I["step"]]
+        w.mem_steps = rows[-1][_I["step"]] - rows[0][_I["step"]]
         w.mem_peak = max(col("mem_peak"))
         w.micro_batches = sum(col("micro_batches"))
         waits = [_I[p] for p in WAIT_PHASES if p in _I]
-        w.own_work_median = weighted_quantile([(rows[i][_I["wall"]] - sum(rows[i][k] or 0 for k in waits), n)
-                                               for i, (_, n) in stands_for.items()], 0.5)
+        w.own_work_median = weighted_quantile([(timed[i][_I["wall"]] - sum(timed[i][k] or 0 for k in waits),
+                                                stands_for[i][1]) for i in order], 0.5)
         return w
 
     @property

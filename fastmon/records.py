@@ -211,6 +211,28 @@ class RunRecord:
                 raise DamagedRecord(f"a damaged step row in steps ({row[:4]})")
         return rows
 
+    def step_columns(self, rank: int) -> tuple[range | list[int], list[float], list[int], list[tuple]]:
+        """One rank's steps, walls and samples in step order, and its timed rows: a column
+        at a time, so a million steps need no million row tuples (``StepTable``)."""
+        db = self.db
+        first, last, count = db.execute("SELECT MIN(step), MAX(step), COUNT(*) FROM steps WHERE rank=?",
+                                        (rank,)).fetchone()
+        if not count:
+            return [], [], [], []
+        steps = range(first, last + 1) if isinstance(first, int) and isinstance(last, int) \
+            and count == last - first + 1 else \
+            [s for (s,) in db.execute("SELECT step FROM steps WHERE rank=? ORDER BY step", (rank,))]
+        walls = [w for (w,) in db.execute("SELECT wall FROM steps WHERE rank=? ORDER BY step", (rank,))]
+        samples = [n or 0 for (n,) in db.execute("SELECT samples FROM steps WHERE rank=? ORDER BY step", (rank,))]
+        timed = db.execute("SELECT * FROM steps WHERE rank=? AND timed=1 ORDER BY step", (rank,)).fetchall()
+        try:  # a step or wall time that is not a number: what steps() refuses row by row
+            sum(walls)
+        except TypeError:
+            raise DamagedRecord(f"a damaged step row in steps (rank {rank})") from None
+        if not isinstance(steps, range) and not all(isinstance(s, int) for s in steps):
+            raise DamagedRecord(f"a damaged step row in steps (rank {rank})")
+        return steps, walls, samples, timed
+
     def ranks(self) -> list[int]:
         return [r for (r,) in self.db.execute("SELECT DISTINCT rank FROM steps ORDER BY rank")]
 

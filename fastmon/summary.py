@@ -9,6 +9,7 @@ from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.window import Window
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import RunRecord
+from fastmon.step_table import StepTable
 from fastmon.verdicts import FASTER
 
 STRAGGLER_MARGIN = 0.10  # own work this much above the median rank's ...
@@ -31,37 +32,6 @@ def rates(steps: int, samples: int, wall: float, phase_totals: dict | None = Non
     return out
 
 
-def steady_left_out(rows: list, compiled: set[int]) -> dict[int, str]:
-    """The start-up steps, left out of the steady run's rates, shares and medians, and why:
-    those in which torch.compile compiled, and the first step when more follow (CUDA's and
-    cuDNN's start, the allocator's first blocks, the first batch's workers, lazy modules)."""
-    out = {r[_I["step"]]: "torch.compile" for r in rows if r[_I["step"]] in compiled}
-    if len(rows) > 1 and rows[0][_I["step"]] not in out:
-        out[rows[0][_I["step"]]] = first_step_why(rows[0])
-    return out
-
-
-def first_step_why(row) -> str:
-    wall = row[_I["wall"]]
-    if not row[_I["timed"]] or wall <= 0:
-        return "first step"
-    big = sorted((p for p in PHASES if (row[_I[p]] or 0) >= FIRST_STEP_NAMED_SHARE * wall),
-                 key=lambda p: -row[_I[p]])
-    return "first step" + (": " + ", ".join(f"{p} {row[_I[p]] * 1e3:,.0f} ms" for p in big) if big else "")
-
-
-def steady_rates(rows: list, left_out) -> dict:
-    """The steady run's steps/s and samples/s (the dashboard header's "run" figures)."""
-    steady = [r for r in rows if r[_I["step"]] not in left_out] or rows
-    return rates(len(steady), sum(r[_I["samples"]] or 0 for r in steady), sum(r[_I["wall"]] for r in steady))
-
-
-def current_rows(rows: list, applied: list[dict], left_out) -> list:
-    """The steady run as it is now (what a finished run's shares bar shows, and the
-    report's "after" column): since the last change that stayed in effect."""
-    return since_last_change([r for r in rows if r[_I["step"]] not in left_out] or rows, applied)
-
-
 def window_summary(window: Window) -> dict:
     return {
         **rates(window.steps, window.samples, window.wall, window.phase_totals),
@@ -82,21 +52,39 @@ def compile_steps(events: list[dict]) -> dict[int, set[int]]:
     return out
 
 
-def steady_summary(rows: list, left_out: set[int]) -> dict:
-    """Steps and samples of every row; rates, shares and medians of the steady run, without
-    the steps that compiled (seconds of start-up each, which would make the shares)."""
-    everything = Window.from_rows(rows)
-    steady = [r for r in rows if r[_I["step"]] not in left_out] if left_out else rows
-    out = window_summary(Window.from_rows(steady) if steady and left_out else everything)
-    out.update(steps=everything.steps, samples=everything.samples, duration_s=round(everything.wall, 4),
-               steady_steps=len(steady))
+def steady_summary(table: StepTable, left_out) -> dict:
+    """Steps and samples of every step; rates, shares and medians of the steady run, without
+    its start-up steps (``steady_left_out``; all of them in a run of start-up alone)."""
+    steady = table.window(left_out=left_out)
+    out = window_summary(steady if steady.steps else table.window())
+    out.update(steps=len(table), samples=sum(table.samples), duration_s=round(sum(table.walls), 4),
+               steady_steps=steady.steps or len(table))
     return out
+
+
+def steady_left_out(table: StepTable, compiled: set[int]) -> dict[int, str]:
+    """The start-up steps, left out of the steady run's rates, shares and medians, and why:
+    those in which torch.compile compiled, and the first step when more follow (CUDA's and
+    cuDNN's start, the allocator's first blocks, the first batch's workers, lazy modules)."""
+    out = {s: "torch.compile" for s in sorted(compiled) if table.has(s)}
+    if len(table) > 1 and table.steps[0] not in out:
+        out[table.steps[0]] = first_step_why(table.row(0))
+    return out
+
+
+def first_step_why(row) -> str:
+    wall = row[_I["wall"]] if row else 0
+    if wall <= 0:
+        return "first step"
+    big = sorted((p for p in PHASES if (row[_I[p]] or 0) >= FIRST_STEP_NAMED_SHARE * wall),
+                 key=lambda p: -row[_I[p]])
+    return "first step" + (": " + ", ".join(f"{p} {row[_I[p]] * 1e3:,.0f} ms" for p in big) if big else "")
 
 
 def since_last_change(rows: list, applied: list[dict]) -> list:
     """The rows that describe the run as it is now: from the step of the last change
     fastmon made that stayed in effect; all of ``rows`` when none did, or while none of
-    the later rows was timed yet. Every surface's "current" window starts here, so no
+    the later rows was timed yet. Every surface's "current" figures start here, so no
     screen shows the starved run after its fix."""
     steps = [a["step"] for a in applied if a.get("kept")]
     if not steps:
@@ -105,20 +93,37 @@ def since_last_change(rows: list, applied: list[dict]) -> list:
     return after if any(r[_I["timed"]] for r in after) else rows
 
 
-def before_and_after(rows: list, applied: list[dict], left_out: set[int]) -> dict | None:
+def current_rows(rows: list, applied: list[dict], left_out) -> list:
+    """``since_last_change`` of the steady run's rows (the status line's recent steps)."""
+    return since_last_change([r for r in rows if r[_I["step"]] not in left_out] or rows, applied)
+
+
+def current_window(table: StepTable, applied: list[dict], left_out) -> Window:
+    """The steady run as it is now (an ended run's shares bar, the report's "after"): as
+    ``current_rows``, over the whole table."""
+    steady = table.window(left_out=left_out)
+    if not steady.steps:
+        left_out, steady = frozenset(), table.window()
+    kept = [a["step"] for a in applied if a.get("kept")]
+    if kept:
+        after = table.window(table.position(max(kept)), None, left_out)
+        if after.timed_steps:
+            return after
+    return steady
+
+
+def before_and_after(table: StepTable, applied: list[dict], left_out) -> dict | None:
     """The steady run before fastmon's first change and since its last one that stayed
     in effect, side by side; None when nothing stayed in effect."""
     if not any(a.get("kept") for a in applied):
         return None
     first, last = min(a["step"] for a in applied), max(a["step"] for a in applied if a.get("kept"))
-    before = [r for r in rows if r[_I["step"]] < first and r[_I["step"]] not in left_out]
-    after = [r for r in rows if r[_I["step"]] >= last and r[_I["step"]] not in left_out]
-    if not before or not any(r[_I["timed"]] for r in after):
+    before = table.window(0, table.position(first), left_out)
+    after = table.window(table.position(last), None, left_out)
+    if not before.steps or not after.timed_steps:
         return None
-    return {"before": {"from_step": before[0][_I["step"]], "to_step": before[-1][_I["step"]],
-                       **window_summary(Window.from_rows(before))},
-            "after": {"from_step": after[0][_I["step"]], "to_step": after[-1][_I["step"]],
-                      **window_summary(Window.from_rows(after))}}
+    return {"before": {"from_step": before.first_step, "to_step": before.last_step, **window_summary(before)},
+            "after": {"from_step": after.first_step, "to_step": after.last_step, **window_summary(after)}}
 
 
 def straggler(ranks: list[dict]) -> int | None:
@@ -145,32 +150,30 @@ def summarize(run_dir) -> dict:
     try:
         metas = [rec.meta() for rec in records]
         meta = metas[0]
-        all_rows = sorted((r for rec in records for r in rec.steps()), key=lambda r: (r[_I["rank"]], r[_I["step"]]))
-        ranks = sorted({r[_I["rank"]] for r in all_rows})
-        primary = [r for r in all_rows if r[_I["rank"]] == (ranks[0] if ranks else 0)]
+        tables = {rank: StepTable.read(rec, rank) for rec in records for rank in rec.ranks()}
+        ranks = sorted(tables)
+        primary = tables[ranks[0]] if ranks else StepTable([], [], [], {})
         exit_codes = [m.get("exit_code") for m in metas]
         events = [e for rec in records for e in rec.events()]
         compiled = compile_steps(events)
-        primary_compiled = compiled.get(ranks[0] if ranks else 0, set())
-        left_out = steady_left_out(primary, primary_compiled)
+        left_out = steady_left_out(primary, compiled.get(ranks[0] if ranks else 0, set()))
         summary = {"run": ", ".join(map(str, dirs)), "folders": len(dirs), "script": meta.get("script"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
                    **steady_summary(primary, set(left_out))}
-        summary["startup_steps"] = [{"step": r[_I["step"]], "wall_s": round(r[_I["wall"]], 4),
-                                     "why": left_out[r[_I["step"]]]} for r in primary if r[_I["step"]] in left_out]
+        summary["startup_steps"] = [{"step": step, "wall_s": round(primary.walls[primary.position(step)], 4),
+                                     "why": why} for step, why in sorted(left_out.items())]
         summary["ranks"] = []
         if len(ranks) > 1:
             for rank in ranks:
-                rows = [r for r in all_rows if r[_I["rank"]] == rank]
-                rank_left_out = set(steady_left_out(rows, compiled.get(rank, set())))
-                summary["ranks"].append({"rank": rank, **steady_summary(rows, rank_left_out)})
+                rank_left_out = set(steady_left_out(tables[rank], compiled.get(rank, set())))
+                summary["ranks"].append({"rank": rank, **steady_summary(tables[rank], rank_left_out)})
         summary["straggler"] = straggler(summary["ranks"])
         summary["memory"] = _memory(primary, records[0])
         summary["gpu"] = _gpu(records[0], meta)
         summary["device"] = _device(records[0])
         # What the probes counted at the end, less what is on record: what could not be written too
         made = sum(v or 0 for m in metas for v in (m.get("steps_made") or {}).values())
-        summary["dropped"] = max(sum(m.get("dropped", 0) or 0 for m in metas), made - len(all_rows))
+        summary["dropped"] = max(sum(m.get("dropped", 0) or 0 for m in metas), made - sum(map(len, tables.values())))
         summary["output_dropped_bytes"] = sum((m.get("output") or {}).get("dropped_bytes", 0) for m in metas)
         summary["channel_refused"] = sum((m.get("channel") or {}).get("refused", 0) for m in metas)
         summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
@@ -191,7 +194,8 @@ def summarize(run_dir) -> dict:
             rec.close()
 
 
-def _memory(rows, record: RunRecord) -> dict:
+def _memory(table: StepTable, record: RunRecord) -> dict:
+    rows = table.timed.values()  # an untimed step's row holds no memory figures
     out = {"torch_peak_allocated": max((r[_I["mem_peak"]] or 0 for r in rows), default=0),
            "torch_peak_reserved": max((r[_I["mem_reserved"]] or 0 for r in rows), default=0)}
     rss = [sum(p["rss"] for p in s.get("processes", []) if p.get("role") == "trainer")

@@ -10,7 +10,8 @@ from pathlib import Path
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
 from fastmon.phases import PHASES, STEP_FIELDS
-from fastmon.summary import (compile_steps, current_rows, gpu_figures, rates, since_last_change, steady_left_out, straggler,
+from fastmon.step_table import StepTable
+from fastmon.summary import (compile_steps, current_window, gpu_figures, rates, since_last_change, steady_left_out, straggler,
                              window_summary)
 
 CHART_BUCKETS = 150
@@ -148,7 +149,7 @@ class LiveSource:
         step count: the session keeps its last ``HISTORY`` rows."""
         if self._current is None or self._current[0] != steps:
             rows = self.session.rows()
-            self._current = (steps, Window.from_rows(current_rows(rows, applied, self.session.left_out_steps())))
+            self._current = (steps, current_window(StepTable.from_rows(rows), applied, self.session.left_out_steps()))
         return self._current[1]
 
     def snapshot(self) -> Snapshot:
@@ -220,7 +221,8 @@ class ReplaySource:
             self.rank_rows.setdefault(row[_I["rank"]], []).append(row)
         self.rows = self.rank_rows.get(min(self.rank_rows), []) if self.rank_rows else []
         first_rank = min(self.rank_rows) if self.rank_rows else 0
-        self.left_out = steady_left_out(self.rows, compile_steps(self.recorded_events).get(first_rank, set()))
+        self.table = StepTable.from_rows(self.rows)
+        self.left_out = steady_left_out(self.table, compile_steps(self.recorded_events).get(first_rank, set()))
         # the steady run's steps, samples and time up to each position: rates at any step in O(1)
         self._steady_sums = [(0, 0, 0.0)]
         for row in self.rows:
@@ -243,7 +245,7 @@ class ReplaySource:
 
     def _current_window(self) -> Window:
         if self._current is None:
-            self._current = Window.from_rows(current_rows(self.rows, self.applied, self.left_out))
+            self._current = current_window(self.table, self.applied, self.left_out)
         return self._current
 
     def move(self, delta: int) -> None:

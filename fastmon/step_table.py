@@ -1,0 +1,68 @@
+"""One rank's steps column by column: the wall time and samples of every step, the whole
+row of the timed ones. A million-step run's summary holds three lists, not a million rows."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from fastmon.advisor.window import Window
+from fastmon.phases import STEP_FIELDS
+
+_I = {name: i for i, name in enumerate(STEP_FIELDS)}
+
+
+@dataclass
+class StepTable:
+    steps: range | list[int]  # a range where no step is missing
+    walls: list[float]
+    samples: list[int]
+    timed: dict[int, tuple]  # position -> the step's whole row
+
+    @classmethod
+    def from_rows(cls, rows) -> "StepTable":
+        rows = list(rows)
+        return cls([r[_I["step"]] for r in rows], [r[_I["wall"]] for r in rows],
+                   [r[_I["samples"]] or 0 for r in rows], {i: r for i, r in enumerate(rows) if r[_I["timed"]]})
+
+    @classmethod
+    def read(cls, record, rank: int) -> "StepTable":
+        steps, walls, samples, timed = record.step_columns(rank)
+        table = cls(steps, walls, samples, {})
+        table.timed = {table.position(r[_I["step"]]): r for r in timed}
+        return table
+
+    def __len__(self) -> int:
+        return len(self.walls)
+
+    def position(self, step: int) -> int:
+        """Where ``step`` is, or would be."""
+        return bisect.bisect_left(self.steps, step)
+
+    def has(self, step: int) -> bool:
+        p = self.position(step)
+        return p < len(self) and self.steps[p] == step
+
+    def row(self, position: int) -> tuple | None:
+        """The whole row of a timed step."""
+        return self.timed.get(position)
+
+    def window(self, start: int = 0, stop: int | None = None, left_out=frozenset()) -> Window:
+        """The steps from position ``start`` to ``stop``, without the steps in ``left_out``."""
+        stop = len(self) if stop is None else stop
+        dropped = sorted(p for p in (self.position(s) for s in left_out)
+                         if start <= p < stop and self.steps[p] in left_out)
+        walls, samples = self.walls[start:stop], sum(self.samples[start:stop])
+        for p in reversed(dropped):
+            del walls[p - start]
+            samples -= self.samples[p]
+        timed = {}
+        for p, row in self.timed.items():
+            if start <= p < stop and (not dropped or self.steps[p] not in left_out):
+                timed[p - start - bisect.bisect_left(dropped, p)] = row
+        if not walls:
+            return Window.from_columns([], 0, {}, 0, 0)
+        gone = set(dropped)
+        first = next(p for p in range(start, stop) if p not in gone)
+        last = next(p for p in range(stop - 1, start - 1, -1) if p not in gone)
+        return Window.from_columns(walls, samples, timed, self.steps[first], self.steps[last])
