@@ -1,0 +1,82 @@
+"""`fastmon report` on a long run's record: seconds and peak memory.
+
+Writes a synthetic record of N steps of one rank (~1 ms steps, the first 50 and then one
+in ~200 timed, as the probe samples a fast loop) and runs `fastmon report` on it a few
+times, each in a fresh process: its wall time and its peak RSS (from wait4).
+
+    python benchmarks/report_speed.py [--steps 1000000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.records import RECORD_FILE, SCHEMA
+
+
+def write_record(run_dir: Path, steps: int) -> None:
+    run_dir.mkdir(parents=True)
+    db = sqlite3.connect(run_dir / RECORD_FILE)
+    db.executescript(SCHEMA)
+    rng = random.Random(1)
+    t = 1.8e9
+
+    def rows():
+        nonlocal t
+        for step in range(steps):
+            wall = 0.0009 + rng.random() * 0.0002
+            t += wall
+            values = dict.fromkeys(STEP_FIELDS)
+            values.update(rank=0, step=step, t_end=t, wall=wall, samples=64,
+                          timed=int(step < 50 or rng.random() < 1 / 200))
+            if values["timed"]:
+                parts = [rng.random() for _ in PHASES]
+                values.update({p: wall * x / sum(parts) for p, x in zip(PHASES, parts)})
+                values.update(mem_alloc=0, mem_reserved=0, mem_peak=0, h2d_bytes=0, h2d_pageable_bytes=0,
+                              sync_calls=0, eval_forwards=0, eval_grad_forwards=0, micro_batches=1)
+            yield tuple(values[f] for f in STEP_FIELDS)
+
+    db.executemany(f"INSERT INTO steps VALUES ({', '.join('?' * len(STEP_FIELDS))})", rows())
+    for key, value in (("target", ["bench.py"]), ("exit_code", 0), ("started", 1.8e9)):
+        db.execute("INSERT INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+    db.commit()
+    db.close()
+
+
+def measure(command: list[str]) -> tuple[float, float]:
+    """Seconds and peak RSS in MiB of one run of ``command``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{' '.join(command)} failed")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        write_record(run, args.steps)
+        print(f"{args.steps:,} steps, record {(run / RECORD_FILE).stat().st_size / 2**20:.0f} MiB")
+        for _ in range(args.runs):
+            seconds, mib = measure([sys.executable, "-m", "fastmon", "report", str(run)])
+            print(f"fastmon report: {seconds:.2f} s, peak RSS {mib:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
