@@ -11,8 +11,8 @@ from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.step_table import StepTable
-from fastmon.summary import (compile_steps, current_window, gpu_figures, rates, since_last_change, steady_left_out, straggler,
-                             window_summary)
+from fastmon.summary import (compile_steps, current_window, gpu_figures, rates, since_last_change, steady_left_out,
+                             straggler, window_summary)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
