@@ -70,13 +70,18 @@ def ending(exit_code: int | None) -> str:
     return f"exit code {exit_code}"
 
 
+def known(value, unit: str, spec: str = "") -> str:
+    """What NVML gave, or n/a (as nvitop says N/A): never None, never a 0 it did not read."""
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+
 def gpu_run_line(d: dict) -> str:
     """One GPU over the run (``summary.gpu_figures``): the report's line, and the ended
     dashboard's. What NVML did not give reads n/a."""
     util, peak, total, power = d["util_mean"], d["mem_used_peak"], d["mem_total"], d["power_w_mean"]
-    return (f"GPU {d['index']} {d['name']}: util {'n/a' if util is None else f'{util}% mean'}, "
+    return (f"GPU {d['index']} {d['name']}: util {known(util, '% mean')}, "
             f"memory peak {'n/a' if peak is None else mib(peak)} of {'n/a' if total is None else mib(total)}, "
-            f"power {'n/a' if power is None else f'{power} W mean'}")
+            f"power {known(power, ' W mean')}")
 
 
 def change_lines(changes: dict | None) -> list[str]:

@@ -101,15 +101,14 @@ def current_rows(rows: list, applied: list[dict], left_out) -> list:
 def current_window(table: StepTable, applied: list[dict], left_out) -> Window:
     """The steady run as it is now (an ended run's shares bar, the report's "after"): as
     ``current_rows``, over the whole table."""
-    steady = table.window(left_out=left_out)
-    if not steady.steps:
-        left_out, steady = frozenset(), table.window()
+    if sum(map(table.has, left_out)) >= len(table):  # a run of start-up alone: all of it
+        left_out = frozenset()
     kept = [a["step"] for a in applied if a.get("kept")]
     if kept:
         after = table.window(table.position(max(kept)), None, left_out)
         if after.timed_steps:
             return after
-    return steady
+    return table.window(left_out=left_out)
 
 
 def before_and_after(table: StepTable, applied: list[dict], left_out) -> dict | None:

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from fastmon.report import gpu_run_line
+from fastmon.report import gpu_run_line, known
 
 
 def gib(n) -> str:
@@ -25,11 +25,6 @@ PLOT_MAX_GPUS = 3
 # every sample; the plot, like nvitop's, at most once in this many seconds, and the latest
 # samples always (a trailing draw).
 PLOT_EVERY = 2.0
-
-
-def known(value, unit: str, spec: str = "") -> str:
-    """What NVML gave, or n/a (as nvitop says N/A): never None, never a 0 it did not read."""
-    return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
 class GpuPanel(Vertical):
