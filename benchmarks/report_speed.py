@@ -1,8 +1,10 @@
-"""`fastmon report` on a long run's record: seconds and peak memory.
+"""`fastmon report`, the replay's first screen and `fastmon export` on a long run's record:
+seconds and peak memory.
 
 Writes a synthetic record of N steps of one rank (~1 ms steps, the first 50 and then one
-in ~200 timed, as the probe samples a fast loop) and runs `fastmon report` on it a few
-times, each in a fresh process: its wall time and its peak RSS (from wait4).
+in ~200 timed, as the probe samples a fast loop) and runs each a few times, each in a
+fresh process: its wall time and its peak RSS (from wait4). The replay runs the dashboard
+headless (Textual's run_test, 160x48) until its first screen is drawn.
 
     python benchmarks/report_speed.py [--steps 1000000] [--runs 3]
 """
@@ -53,6 +55,19 @@ def write_record(run_dir: Path, steps: int) -> None:
     db.close()
 
 
+FIRST_SCREEN = """
+import asyncio, sys
+from fastmon.tui.app import FastmonApp
+from fastmon.tui.snapshot import ReplaySource
+
+async def first_screen():
+    async with FastmonApp(ReplaySource(sys.argv[1])).run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+
+asyncio.run(first_screen())
+"""
+
+
 def measure(command: list[str]) -> tuple[float, float]:
     """Seconds and peak RSS in MiB of one run of ``command``."""
     start = time.perf_counter()
@@ -73,9 +88,14 @@ def main() -> None:
         run = Path(tmp) / "run"
         write_record(run, args.steps)
         print(f"{args.steps:,} steps, record {(run / RECORD_FILE).stat().st_size / 2**20:.0f} MiB")
+        commands = {"fastmon report": [sys.executable, "-m", "fastmon", "report", str(run)],
+                    "replay, first screen": [sys.executable, "-c", FIRST_SCREEN, str(run)],
+                    "fastmon export": [sys.executable, "-m", "fastmon", "export", str(run), "-o",
+                                       str(Path(tmp) / "trace.json")]}
         for _ in range(args.runs):
-            seconds, mib = measure([sys.executable, "-m", "fastmon", "report", str(run)])
-            print(f"fastmon report: {seconds:.2f} s, peak RSS {mib:.0f} MiB")
+            for name, command in commands.items():
+                seconds, mib = measure(command)
+                print(f"{name}: {seconds:.2f} s, peak RSS {mib:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS steps({", ".join(f"{f} {'REAL' if f in _REAL_FIELDS else 'INTEGER'}" for f in STEP_FIELDS)},
                                  PRIMARY KEY(rank, step));
+CREATE INDEX IF NOT EXISTS steps_timed ON steps(rank, step) WHERE timed=1;
 CREATE TABLE IF NOT EXISTS device_steps({", ".join(DEVICE_FIELDS)});
 CREATE TABLE IF NOT EXISTS samples(t REAL, source TEXT, data TEXT);
 CREATE TABLE IF NOT EXISTS facts(t REAL, rank INTEGER, key TEXT, value TEXT);
@@ -187,13 +188,21 @@ def _json(text, where: str):
         raise DamagedRecord(f"a damaged value in {where} ({exc})") from None
 
 
+def _checked(rows: list[tuple]) -> list[tuple]:
+    for row in rows:  # rank, step, end time and wall time: written for every step
+        if not all(isinstance(v, (int, float)) for v in row[:4]):
+            raise DamagedRecord(f"a damaged step row in steps ({row[:4]})")
+    return rows
+
+
 class RunRecord:
     """Read access to a run folder. Every value is checked as it is read: a damaged one
     raises ``DamagedRecord``, never a traceback further on."""
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.dir = Path(run_dir)
-        self.db = sqlite3.connect(f"file:{self.dir / RECORD_FILE}?mode=ro", uri=True)
+        # a replay reads steps as the screen scrolls, from the thread that draws it
+        self.db = sqlite3.connect(f"file:{self.dir / RECORD_FILE}?mode=ro", uri=True, check_same_thread=False)
 
     def close(self) -> None:
         self.db.close()
@@ -206,38 +215,60 @@ class RunRecord:
             rows = self.db.execute("SELECT * FROM steps ORDER BY rank, step").fetchall()
         else:
             rows = self.db.execute("SELECT * FROM steps WHERE rank=? ORDER BY step", (rank,)).fetchall()
-        for row in rows:  # rank, step, end time and wall time: written for every step
-            if not all(isinstance(v, (int, float)) for v in row[:4]):
-                raise DamagedRecord(f"a damaged step row in steps ({row[:4]})")
-        return rows
+        return _checked(rows)
 
-    def step_columns(self, rank: int) -> tuple[range | list[int], list[float], list[int], list[tuple]]:
-        """One rank's steps, walls and samples in step order, and its timed rows: a column
-        at a time, so a million steps need no million row tuples (``StepTable``)."""
+    def steps_upto(self, rank: int, step: int, count: int) -> list[tuple]:
+        """The last ``count`` steps of ``rank`` up to ``step``, in step order."""
+        rows = self.db.execute("SELECT * FROM steps WHERE rank=? AND step<=? ORDER BY step DESC LIMIT ?",
+                               (rank, step, count)).fetchall()
+        return _checked(rows[::-1])
+
+    def iter_steps(self):
+        """Every step, by rank and step, one at a time: a trace of any length in bounded memory."""
+        for row in self.db.execute("SELECT * FROM steps ORDER BY rank, step"):
+            yield from _checked([row])
+
+    def step_columns(self, rank: int) -> tuple[range | list[int], list[float], tuple[int, list], list[tuple]]:
+        """One rank's steps and walls in step order, its samples (the usual count and the
+        (step, count) pairs that differ) and its timed rows: a column at a time, so a million
+        steps need no million row tuples (``StepTable``)."""
         db = self.db
-        first, last, count = db.execute("SELECT MIN(step), MAX(step), COUNT(*) FROM steps WHERE rank=?",
-                                        (rank,)).fetchone()
-        if not count:
-            return [], [], [], []
-        steps = range(first, last + 1) if isinstance(first, int) and isinstance(last, int) \
-            and count == last - first + 1 else \
-            [s for (s,) in db.execute("SELECT step FROM steps WHERE rank=? ORDER BY step", (rank,))]
+        ends = [db.execute(f"SELECT step FROM steps WHERE rank=? ORDER BY step {way} LIMIT 1", (rank,)).fetchone()
+                for way in ("ASC", "DESC")]
+        if ends[0] is None:
+            return [], [], (0, []), []
+        (first,), (last,) = ends
         walls = [w for (w,) in db.execute("SELECT wall FROM steps WHERE rank=? ORDER BY step", (rank,))]
-        samples = [n or 0 for (n,) in db.execute("SELECT samples FROM steps WHERE rank=? ORDER BY step", (rank,))]
-        timed = db.execute("SELECT * FROM steps WHERE rank=? AND timed=1 ORDER BY step", (rank,)).fetchall()
+        steps = range(first, last + 1) if isinstance(first, int) and isinstance(last, int) \
+            and len(walls) == last - first + 1 else \
+            [s for (s,) in db.execute("SELECT step FROM steps WHERE rank=? ORDER BY step", (rank,))]
         try:  # a step or wall time that is not a number: what steps() refuses row by row
             sum(walls)
         except TypeError:
             raise DamagedRecord(f"a damaged step row in steps (rank {rank})") from None
         if not isinstance(steps, range) and not all(isinstance(s, int) for s in steps):
             raise DamagedRecord(f"a damaged step row in steps (rank {rank})")
-        return steps, walls, samples, timed
+        # the middle step's count as the usual one: a fixed batch then leaves only the odd steps to read
+        middle = db.execute("SELECT IFNULL(samples, 0) FROM steps WHERE rank=? AND step>=? ORDER BY step LIMIT 1",
+                            (rank, steps[len(steps) // 2])).fetchone()[0]
+        other = db.execute("SELECT step, IFNULL(samples, 0) FROM steps WHERE rank=? AND IFNULL(samples, 0)!=? "
+                           "ORDER BY step", (rank, middle)).fetchall()
+        timed = db.execute("SELECT * FROM steps WHERE rank=? AND timed=1 ORDER BY step", (rank,)).fetchall()
+        return steps, walls, (middle, other), timed
 
     def ranks(self) -> list[int]:
         return [r for (r,) in self.db.execute("SELECT DISTINCT rank FROM steps ORDER BY rank")]
 
     def device_steps(self) -> list[tuple]:
         return self.db.execute("SELECT * FROM device_steps ORDER BY rank, step").fetchall()
+
+    def device_steps_with_start(self):
+        """Each device step's row with its host step's start, where that step was recorded."""
+        columns = ", ".join(f"d.{name}" for name in DEVICE_FIELDS)
+        for *row, start in self.db.execute(f"SELECT {columns}, s.t_end - s.wall FROM device_steps d "
+                                           "JOIN steps s ON s.rank = d.rank AND s.step = d.step "
+                                           "ORDER BY d.rank, d.step"):
+            yield tuple(row), start
 
     def facts(self) -> dict:
         """The latest value of every fact (rank 0's where ranks differ)."""

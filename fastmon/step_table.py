@@ -1,9 +1,10 @@
 """One rank's steps column by column: the wall time and samples of every step, the whole
-row of the timed ones. A million-step run's summary holds three lists, not a million rows."""
+row of the timed ones. A million-step run's summary holds a list of floats, not a million rows."""
 
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from dataclasses import dataclass
 
 from fastmon.advisor.window import Window
@@ -13,22 +14,56 @@ _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
 @dataclass
+class SampleColumn:
+    """The samples of each step: one usual value (the batch size) and the positions where
+    it differs (an epoch's last batch), so a fixed-batch run's column costs nothing to read."""
+    usual: int
+    positions: list[int]  # ascending
+    values: list[int]
+    length: int
+
+    @classmethod
+    def of(cls, samples: list[int]) -> "SampleColumn":
+        usual = Counter(samples).most_common(1)[0][0] if samples else 0
+        other = [(p, n) for p, n in enumerate(samples) if n != usual]
+        return cls(usual, [p for p, _ in other], [n for _, n in other], len(samples))
+
+    def __getitem__(self, position: int) -> int:
+        i = bisect.bisect_left(self.positions, position)
+        return self.values[i] if i < len(self.positions) and self.positions[i] == position else self.usual
+
+    def total(self, start: int = 0, stop: int | None = None) -> int:
+        stop = self.length if stop is None else stop
+        if stop <= start:
+            return 0
+        a, b = bisect.bisect_left(self.positions, start), bisect.bisect_left(self.positions, stop)
+        return self.usual * (stop - start - (b - a)) + sum(self.values[a:b])
+
+
+@dataclass
 class StepTable:
     steps: range | list[int]  # a range where no step is missing
     walls: list[float]
-    samples: list[int]
+    samples: SampleColumn
     timed: dict[int, tuple]  # position -> the step's whole row
 
     @classmethod
     def from_rows(cls, rows) -> "StepTable":
         rows = list(rows)
         return cls([r[_I["step"]] for r in rows], [r[_I["wall"]] for r in rows],
-                   [r[_I["samples"]] or 0 for r in rows], {i: r for i, r in enumerate(rows) if r[_I["timed"]]})
+                   SampleColumn.of([r[_I["samples"]] or 0 for r in rows]),
+                   {i: r for i, r in enumerate(rows) if r[_I["timed"]]})
+
+    @classmethod
+    def empty(cls) -> "StepTable":
+        return cls.from_rows([])
 
     @classmethod
     def read(cls, record, rank: int) -> "StepTable":
-        steps, walls, samples, timed = record.step_columns(rank)
-        table = cls(steps, walls, samples, {})
+        steps, walls, (usual, other), timed = record.step_columns(rank)
+        table = cls(steps, walls, SampleColumn(usual, [], [], len(walls)), {})
+        positions = [table.position(s) for s, _ in other]
+        table.samples = SampleColumn(usual, positions, [n for _, n in other], len(walls))
         table.timed = {table.position(r[_I["step"]]): r for r in timed}
         return table
 
@@ -52,7 +87,7 @@ class StepTable:
         stop = len(self) if stop is None else stop
         dropped = sorted(p for p in (self.position(s) for s in left_out)
                          if start <= p < stop and self.steps[p] in left_out)
-        walls, samples = self.walls[start:stop], sum(self.samples[start:stop])
+        walls, samples = self.walls[start:stop], self.samples.total(start, stop)
         for p in reversed(dropped):
             del walls[p - start]
             samples -= self.samples[p]

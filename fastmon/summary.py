@@ -57,7 +57,7 @@ def steady_summary(table: StepTable, left_out) -> dict:
     its start-up steps (``steady_left_out``; all of them in a run of start-up alone)."""
     steady = table.window(left_out=left_out)
     out = window_summary(steady if steady.steps else table.window())
-    out.update(steps=len(table), samples=sum(table.samples), duration_s=round(sum(table.walls), 4),
+    out.update(steps=len(table), samples=table.samples.total(), duration_s=round(sum(table.walls), 4),
                steady_steps=steady.steps or len(table))
     return out
 
@@ -151,7 +151,7 @@ def summarize(run_dir) -> dict:
         meta = metas[0]
         tables = {rank: StepTable.read(rec, rank) for rec in records for rank in rec.ranks()}
         ranks = sorted(tables)
-        primary = tables[ranks[0]] if ranks else StepTable([], [], [], {})
+        primary = tables[ranks[0]] if ranks else StepTable.empty()
         exit_codes = [m.get("exit_code") for m in metas]
         events = [e for rec in records for e in rec.events()]
         compiled = compile_steps(events)

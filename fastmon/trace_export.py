@@ -16,7 +16,10 @@ its own; the nodes' times are their own clocks' (as in-sync as NTP keeps them).
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
+import os
 from pathlib import Path
 
 from fastmon import __version__
@@ -28,64 +31,77 @@ HOST_PID = 0  # the machine's counters; rank R's process is R + 1
 NODE_HOST_PID = 1_000_000  # ... and with several nodes, node N's counters are here + N (past any rank)
 STEPS_TID = 1
 MIB = 2**20
+WRITE_BATCH = 4096  # events encoded and written at a time
 
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 _D = {name: i for i, name in enumerate(DEVICE_FIELDS)}
 
 
-def _load(run_dir) -> dict:
-    record = RunRecord(run_dir)
-    try:
-        steps = record.steps()
-        return {"meta": record.meta(), "steps": steps, "device": record.device_steps(), "samples": record.samples(),
-                "events": record.events(), "advice": record.advice(), "applied": record.applied(),
-                "advice_times": dict(record.db.execute("SELECT id, t FROM advice")),
-                "applied_times": dict(record.db.execute("SELECT exp, t FROM applied")),
-                "starts": [row[_I["t_end"]] - row[_I["wall"]] for row in steps]}
-    finally:
-        record.close()
+def _first_start(record: RunRecord) -> float | None:
+    (first,) = record.db.execute("SELECT MIN(t_end - wall) FROM steps").fetchone()
+    return min((t for t in (record.meta().get("started"), first) if t), default=None)
 
 
-def chrome_trace(run_dirs) -> dict:
-    """``run_dirs``: a run folder, or a multi-node run's folders (one per node)."""
+def export(run_dirs, out: Path | None = None) -> tuple[Path, int]:
+    """Write the trace of a run folder (or of a multi-node run's folders) to ``out``
+    (default: ``trace.json`` in the (first) run folder; a ``.gz`` name is gzipped, which
+    both viewers open). Returns the file and its step count. The events are written as
+    they are made, so a run of any length takes the same memory; the file appears whole
+    or not at all."""
     dirs = list(run_dirs) if isinstance(run_dirs, (list, tuple)) else [run_dirs]
-    nodes = [_load(run_dir) for run_dir in dirs]
-    t0 = min((t for node in nodes for t in (node["meta"].get("started"), *node["starts"]) if t), default=0.0)
+    out = Path(dirs[0]) / "trace.json" if out is None else out
+    records = [RunRecord(d) for d in dirs]
+    part = out.with_name(out.name + ".part")
+    try:
+        t0 = min((t for t in map(_first_start, records) if t), default=0.0)
 
-    def us(t: float) -> int:
-        # Whole µs: every viewer reads an integer back exactly, where a fraction may be
-        # truncated to ns on reading (older Perfetto), which can make back-to-back slices
-        # overlap by 1 ns. The exact times are in each step's arguments.
-        return round((t - t0) * 1e6)
+        def us(t: float) -> int:
+            # Whole µs: every viewer reads an integer back exactly, where a fraction may be
+            # truncated to ns on reading (older Perfetto), which can make back-to-back slices
+            # overlap by 1 ns. The exact times are in each step's arguments.
+            return round((t - t0) * 1e6)
 
-    out: list[dict] = []
-    several = len(dirs) > 1
-    for index, (run_dir, node) in enumerate(zip(dirs, nodes)):
-        host_pid = NODE_HOST_PID + index if several else HOST_PID
-        host_name = f"node {index} host (fastmon samples, {Path(run_dir).name})" if several else "host (fastmon samples)"
-        out += _run_events(node, us, t0, host_pid, host_name)
-    meta = nodes[0]["meta"]
-    return {"traceEvents": out, "displayTimeUnit": "ms",
-            "otherData": {"fastmon": __version__, "run": ", ".join(map(str, dirs)), "script": meta.get("script"),
-                          "exit_code": next((n["meta"]["exit_code"] for n in nodes if n["meta"].get("exit_code")),
-                                            meta.get("exit_code")),
-                          "started_unix_s": t0}}
+        several = len(dirs) > 1
+        metas = [record.meta() for record in records]
+        encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+        steps = 0
+        with (gzip.open(part, "wt", compresslevel=6) if out.suffix == ".gz" else open(part, "w")) as file:
+            file.write('{"traceEvents":[')
+            first = True
+            for index, (run_dir, record) in enumerate(zip(dirs, records)):
+                host_pid = NODE_HOST_PID + index if several else HOST_PID
+                host_name = f"node {index} host (fastmon samples, {Path(run_dir).name})" if several \
+                    else "host (fastmon samples)"
+                events = _run_events(record, us, t0, host_pid, host_name)
+                while batch := list(itertools.islice(events, WRITE_BATCH)):
+                    steps += sum(1 for event in batch if event.get("cat") == "step")
+                    file.write(("" if first else ",") + ",".join(map(encode, batch)))
+                    first = False
+            exit_code = next((m["exit_code"] for m in metas if m.get("exit_code")), metas[0].get("exit_code"))
+            file.write('],"displayTimeUnit":"ms","otherData":' + encode(
+                {"fastmon": __version__, "run": ", ".join(map(str, dirs)), "script": metas[0].get("script"),
+                 "exit_code": exit_code, "started_unix_s": t0}) + "}")
+        os.replace(part, out)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    finally:
+        for record in records:
+            record.close()
+    return out, steps
 
 
-def _run_events(node: dict, us, t0: float, host_pid: int, host_name: str) -> list[dict]:
+def _run_events(record: RunRecord, us, t0: float, host_pid: int, host_name: str):
     """One run folder's trace events, its samples under ``host_pid``."""
-    steps, device, samples, events = node["steps"], node["device"], node["samples"], node["events"]
-    advice_times, applied_times, starts = node["advice_times"], node["applied_times"], node["starts"]
-    out: list[dict] = [_name("process_name", host_pid, None, host_name)]
-    step_start = {}
-    for rank in sorted({row[_I["rank"]] for row in steps}):
-        out += [_name("process_name", rank + 1, None, f"rank {rank}"),
-                _name("process_sort_index", rank + 1, None, rank + 1),
-                _name("thread_name", rank + 1, STEPS_TID, "steps (host)")]
+    yield _name("process_name", host_pid, None, host_name)
+    for rank in record.ranks():
+        yield from (_name("process_name", rank + 1, None, f"rank {rank}"),
+                    _name("process_sort_index", rank + 1, None, rank + 1),
+                    _name("thread_name", rank + 1, STEPS_TID, "steps (host)"))
     previous_end: dict[int, int] = {}  # rank -> its last slice's end
-    for row, start in zip(steps, starts):
+    for row in record.iter_steps():
         rank, step, pid = row[_I["rank"]], row[_I["step"]], row[_I["rank"]] + 1
-        step_start[rank, step] = start
+        start = row[_I["t_end"]] - row[_I["wall"]]
         # Back-to-back steps share an instant; Unix times as doubles are exact to ~0.2 µs,
         # and a slice that starts inside the one before is read as nested in it.
         ts = max(us(start), previous_end.get(rank, 0))
@@ -95,55 +111,38 @@ def _run_events(node: dict, us, t0: float, host_pid: int, host_name: str) -> lis
         if row[_I["timed"]]:
             phase_ms = {p: round((row[_I[p]] or 0.0) * 1e3, 4) for p in PHASES}
             args.update(phase_ms)
-            out.append(_counter("phase ms", pid, start, us, phase_ms))
+            yield _counter("phase ms", pid, start, us, phase_ms)
             if row[_I["mem_alloc"]] is not None and row[_I["mem_reserved"]]:
                 for label, field in (("torch allocated MiB", "mem_alloc"), ("torch reserved MiB", "mem_reserved")):
-                    out.append(_counter(label, pid, start, us, {"MiB": round(row[_I[field]] / MIB, 1)}))
-        out.append({"name": f"step {step}", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID,
-                    "ts": ts, "dur": end - ts, "args": args})
-    for row in device:
-        start = step_start.get((row[_D["rank"]], row[_D["step"]]))
-        if start is not None:
-            ms = {name.removeprefix("device_"): round((row[_D[name]] or 0.0) * 1e3, 4) for name in DEVICE_FIELDS[2:]}
-            pid = row[_D["rank"]] + 1
-            out += [_counter("device step ms (CUDA events)", pid, start, us, {"ms": ms.pop("step")}),
+                    yield _counter(label, pid, start, us, {"MiB": round(row[_I[field]] / MIB, 1)})
+        yield {"name": f"step {step}", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID,
+               "ts": ts, "dur": end - ts, "args": args}
+    for row, start in record.device_steps_with_start():
+        ms = {name.removeprefix("device_"): round((row[_D[name]] or 0.0) * 1e3, 4) for name in DEVICE_FIELDS[2:]}
+        pid = row[_D["rank"]] + 1
+        yield from (_counter("device step ms (CUDA events)", pid, start, us, {"ms": ms.pop("step")}),
                     _counter("device idle before forward ms", pid, start, us, {"ms": ms.pop("idle_before_forward")}),
-                    _counter("device phases ms", pid, start, us, ms)]
+                    _counter("device phases ms", pid, start, us, ms))
+    samples = record.samples()
     roles = sorted({proc["role"] for _, source, data in samples if source == "host"
                     for proc in data.get("processes", [])})
     for t, source, data in samples:
         if source == "host":
-            out += _host_counters(t, us, data, roles, host_pid)
+            yield from _host_counters(t, us, data, roles, host_pid)
         elif source == "gpu":
-            out += _gpu_counters(t, us, data, host_pid)
-    for event in events:
+            yield from _gpu_counters(t, us, data, host_pid)
+    for event in record.events():
         name = event["kind"] + (f": {_params(event['params'])}" if event.get("params") else "")
         args = {k: v for k, v in event.items() if k not in ("t", "kind")}
-        out.append(_instant(name, event["rank"] + 1, event["t"], us, args, scope="p"))
-    for item in node["advice"]:
-        out.append(_instant(f"advice: {item['id']}", host_pid, advice_times.get(item["id"], t0), us, item))
-    for item in node["applied"]:
+        yield _instant(name, event["rank"] + 1, event["t"], us, args, scope="p")
+    advice_times = dict(record.db.execute("SELECT id, t FROM advice"))
+    for item in record.advice():
+        yield _instant(f"advice: {item['id']}", host_pid, advice_times.get(item["id"], t0), us, item)
+    applied_times = dict(record.db.execute("SELECT exp, t FROM applied"))
+    for item in record.applied():
         # worded as the report words it
-        out.append(_instant(f"experiment {item['exp']}: {item['id']}: {result_text(item)}", host_pid,
-                            applied_times.get(item["exp"], t0), us, item))
-    return out
-
-
-def export(run_dirs, out: Path | None = None) -> tuple[Path, int]:
-    """Write the trace of a run folder (or of a multi-node run's folders) to ``out``
-    (default: ``trace.json`` in the (first) run folder; a ``.gz`` name is gzipped, which
-    both viewers open). Returns the file and its step count."""
-    trace = chrome_trace(run_dirs)
-    first = run_dirs[0] if isinstance(run_dirs, (list, tuple)) else run_dirs
-    out = Path(first) / "trace.json" if out is None else out
-    text = json.dumps(trace, separators=(",", ":"), default=str)
-    if out.suffix == ".gz":
-        import gzip
-
-        out.write_bytes(gzip.compress(text.encode()))
-    else:
-        out.write_text(text)
-    return out, sum(1 for event in trace["traceEvents"] if event.get("cat") == "step")
+        yield _instant(f"experiment {item['exp']}: {item['id']}: {result_text(item)}", host_pid,
+                       applied_times.get(item["exp"], t0), us, item)
 
 
 def _name(kind: str, pid: int, tid: int | None, value) -> dict:

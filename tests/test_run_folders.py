@@ -99,3 +99,4 @@ def test_a_damaged_value_in_a_record_is_named_with_65_everywhere(recorded, tmp_p
     assert out.returncode == 65, (out.returncode, out.stderr[-2000:])
     assert "cannot read" in out.stderr and "damaged" in out.stderr
     assert "Traceback" not in out.stderr
+    assert not list(run.glob("trace.json*"))  # no trace cut off where the damage was

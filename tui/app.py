@@ -330,12 +330,12 @@ class FastmonApp(App[str | None]):
         return True
 
     def action_scrub(self, delta: int) -> None:
-        total = len(self.source.rows)
+        total = self.source.length
         self.source.move(delta * max(total // 100, 1))
         self.redraw()
 
     def action_scrub_to(self, position: int) -> None:
-        self.source.jump(len(self.source.rows) if position < 0 else 1)
+        self.source.jump(self.source.length if position < 0 else 1)
         self.redraw()
 
 

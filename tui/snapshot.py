@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from dataclasses import dataclass, field
@@ -195,7 +196,9 @@ class LiveSource:
 
 
 class ReplaySource:
-    """Snapshots of a recorded run, at a scrubbable step position."""
+    """Snapshots of a recorded run, at a scrubbable step position. The first rank's wall
+    times and samples are read as columns; the rows the screen shows are read as it moves,
+    so a million-step run opens as fast as a short one."""
 
     replay = True
 
@@ -203,44 +206,39 @@ class ReplaySource:
         from fastmon.records import RunRecord
 
         self.run_dir = Path(run_dir)
-        record = RunRecord(run_dir)
-        try:
-            self.meta = record.meta()
-            all_rows = [list(r) for r in record.steps()]
-            self.facts = record.facts()
-            self.host = record.samples("host")
-            self.gpu = record.samples("gpu")
-            self.advice = record.advice()
-            self.applied = record.applied()
-            self.log = record.log()
-            self.recorded_events = record.events()
-        finally:
-            record.close()
-        self.rank_rows: dict[int, list] = {}
-        for row in all_rows:
-            self.rank_rows.setdefault(row[_I["rank"]], []).append(row)
-        self.rows = self.rank_rows.get(min(self.rank_rows), []) if self.rank_rows else []
-        first_rank = min(self.rank_rows) if self.rank_rows else 0
-        self.table = StepTable.from_rows(self.rows)
+        self.record = record = RunRecord(run_dir)
+        self.meta = record.meta()
+        self.facts = record.facts()
+        self.host = record.samples("host")
+        self.gpu = record.samples("gpu")
+        self.advice = record.advice()
+        self.applied = record.applied()
+        self.log = record.log()
+        self.recorded_events = record.events()
+        self.ranks = record.ranks()
+        first_rank = self.ranks[0] if self.ranks else 0
+        self.table = StepTable.read(record, first_rank) if self.ranks else StepTable.empty()
         self.left_out = steady_left_out(self.table, compile_steps(self.recorded_events).get(first_rank, set()))
-        # the steady run's steps, samples and time up to each position: rates at any step in O(1)
-        self._steady_sums = [(0, 0, 0.0)]
-        for row in self.rows:
-            steps, samples, wall = self._steady_sums[-1]
-            if row[_I["step"]] not in self.left_out:
-                steps, samples, wall = steps + 1, samples + (row[_I["samples"]] or 0), wall + row[_I["wall"]]
-            self._steady_sums.append((steps, samples, wall))
+        self._walls_upto = list(itertools.accumulate(self.table.walls, initial=0.0))
+        self._left_out_at = sorted(p for p in map(self.table.position, self.left_out) if p < len(self.table))
         self._current: Window | None = None
-        self.position = len(self.rows)  # steps shown: rows[:position]
+        self.position = len(self.table)  # steps shown: the first this many
         self.title = " ".join(self.meta.get("target") or []) or str(run_dir)
         self._log_sent = False
 
+    @property
+    def length(self) -> int:
+        return len(self.table)
+
     def _run_upto(self) -> dict:
         """The steady run's rates up to the scrubber (all its steps while it holds only start-up)."""
-        steps, samples, wall = self._steady_sums[self.position]
-        if not steps:
-            rows = self.rows[:self.position]
-            return rates(len(rows), sum(r[_I["samples"]] or 0 for r in rows), sum(r[_I["wall"]] for r in rows))
+        p, table = self.position, self.table
+        steps, samples, wall = p, table.samples.total(0, p), self._walls_upto[p]
+        left_out = [q for q in self._left_out_at if q < p]
+        if len(left_out) < p:
+            steps -= len(left_out)
+            samples -= sum(table.samples[q] for q in left_out)
+            wall -= sum(table.walls[q] for q in left_out)
         return rates(steps, samples, wall)
 
     def _current_window(self) -> Window:
@@ -249,28 +247,29 @@ class ReplaySource:
         return self._current
 
     def move(self, delta: int) -> None:
-        self.position = min(max(self.position + delta, 1 if self.rows else 0), len(self.rows))
+        self.position = min(max(self.position + delta, 1 if self.length else 0), self.length)
 
     def jump(self, position: int) -> None:
         self.move(position - self.position)
 
     def snapshot(self) -> Snapshot:
-        rows = self.rows[:self.position]
+        at_step = self.table.steps[self.position - 1] if self.position else -1
+        rank_rows = {rank: [list(r) for r in self.record.steps_upto(rank, at_step, CHART_STEPS)] for rank in self.ranks}
+        rows = rank_rows.get(self.ranks[0], []) if self.ranks else []
         t = rows[-1][_I["t_end"]] if rows else 0.0
-        at_end = self.position == len(self.rows)
+        at_end = self.position == self.length
         host = next((s for ts, _, s in reversed(self.host) if ts <= t), self.host[-1][2] if self.host else {})
         gpu = [s for ts, _, s in self.gpu if ts <= t] if not at_end else [s for _, _, s in self.gpu]
         exit_code = self.meta.get("exit_code")
         status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
         target = self.meta.get("target") or []
         argv = target[2:] if target[:1] == ["-m"] else target[1:]
-        rank_rows = {rank: [r for r in rs if r[_I["t_end"]] <= t][-CHART_STEPS:] for rank, rs in self.rank_rows.items()}
         started = self.meta.get("started") or (rows[0][_I["t_end"]] if rows else 0)
         return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
-                     elapsed=max(t - started, 0.0), steps=len(rows), run=self._run_upto(), rows=rows[-CHART_STEPS:],
+                     elapsed=max(t - started, 0.0), steps=self.position, run=self._run_upto(), rows=rows,
                      rank_rows=rank_rows, facts=self.facts, argv=argv, host=host, gpu_samples=gpu,
                      gpu_note=self.meta.get("gpu_note") or "", advice=self.advice, applied=self.applied,
-                     dropped=self.meta.get("dropped", 0), replay=(self.position, len(self.rows)),
+                     dropped=self.meta.get("dropped", 0), replay=(self.position, self.length),
                      current=self._current_window() if at_end and rows else None)
 
     def events(self, kind: str) -> list[dict]:
