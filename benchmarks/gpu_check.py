@@ -21,6 +21,10 @@ Checks:
                       kernels (top operators by self CUDA time) and the trace file
   compile_speed       a nanoGPT-sized transformer under torch.compile, bare vs fastmon:
                       steady step time ratio <= 1.02, no graph break or recompilation
+  mfu                 the same transformer eager: fastmon's counted TFLOP/s within 15% of
+                      nanoGPT's formula over the script's own CUDA-event time, an MFU
+                      against the chip's datasheet, a verdict, and no synchronization
+                      (torch.cuda.set_sync_debug_mode("warn") in the loop) from the probe
 """
 
 from __future__ import annotations
@@ -67,24 +71,31 @@ COMPILE_LOOP = textwrap.dedent("""
     import sys, torch
     from torch import nn
     torch.manual_seed(0)
-    steps = int(sys.argv[1])
+    steps, eager = int(sys.argv[1]), sys.argv[2:] == ["eager"]
     layer = lambda: nn.TransformerEncoderLayer(384, 6, 1536, dropout=0.0, batch_first=True, norm_first=True)
     model = nn.Sequential(nn.Embedding(65, 384), *[layer() for _ in range(6)], nn.Linear(384, 65)).cuda()
-    model = torch.compile(model)
+    if not eager:
+        model = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     x = torch.randint(0, 65, (64, 256), device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for step in range(steps + 50):
         if step == 50:
             torch.cuda.synchronize(); start.record()
+            torch.cuda.set_sync_debug_mode("warn" if eager else 0)  # the loop has none: any is the probe's
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = nn.functional.cross_entropy(model(x).view(-1, 65), x.view(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    torch.cuda.set_sync_debug_mode(0)
     end.record(); end.synchronize()
     from torch._dynamo.utils import counters
-    print(f"device_ms_per_step {start.elapsed_time(end) / steps:.4f}")
+    ms = start.elapsed_time(end) / steps
+    # nanoGPT's estimate_mfu: 6N + 12 L H Q T FLOPs a token, forward and backward
+    flops = (6 * sum(p.numel() for p in model.parameters()) + 12 * 6 * 6 * 64 * 256) * x.numel()
+    print(f"device_ms_per_step {ms:.4f}")
+    print(f"tflops_per_s {flops / (ms / 1e3) / 1e12:.3f}")
     print(f"graph_breaks {sum(counters['graph_break'].values())}")
     print(f"unique_graphs {counters['stats']['unique_graphs']}")
 """)
@@ -315,6 +326,23 @@ def check_compile_speed(cwd: Path) -> str:
     return f"compiled step fastmon/bare = {ratio:.4f} (2 interleaved pairs); graph breaks, graphs {graphs['bare']}"
 
 
+def check_mfu(cwd: Path) -> str:
+    loop = script(cwd, "gpt.py", COMPILE_LOOP)
+    out = fastmon(["run", "--headless", loop, 200, "eager"], cwd, 600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "synchronizing CUDA operation" not in out.stderr, "a synchronization in the loop: " + next(
+        line for line in out.stderr.splitlines() if "synchronizing CUDA operation" in line)
+    own = value(out.stdout, "tflops_per_s")
+    compute = report(cwd)["compute"]
+    assert compute["flops_per_step"], compute.get("flops_why")
+    ratio = compute["tflops_per_s"] / own
+    assert 0.85 <= ratio <= 1.15, f"fastmon {compute['tflops_per_s']:.2f} TFLOP/s vs the formula's {own:.2f}"
+    assert compute["mfu"] is not None, compute.get("mfu_why")
+    return (f"{compute['flops_per_step'] / 1e9:.1f} GFLOP a step ({compute['dtype']}), {compute['tflops_per_s']:.1f} "
+            f"TFLOP/s vs nanoGPT's formula {own:.1f} ({ratio:.3f}); MFU {compute['mfu']:.1%} of {compute['peak_of']}; "
+            f"{compute['bound']} (GPU busy {compute['gpu_busy_in_steps']}% in the steps); no sync")
+
+
 CHECKS = {
     "events_vs_profiler": check_events_vs_profiler,
     "no_added_sync": check_no_added_sync,
@@ -326,6 +354,7 @@ CHECKS = {
     "oom_revert": check_oom_revert,
     "profile_capture": check_profile_capture,
     "compile_speed": check_compile_speed,
+    "mfu": check_mfu,
 }
 
 

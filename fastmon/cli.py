@@ -279,9 +279,16 @@ def cmd_replay(argv: list[str]) -> int:
 
 
 def cmd_doctor(argv: list[str]) -> int:
-    from fastmon.doctor import report
+    parser = argparse.ArgumentParser(prog="fastmon doctor", description="What fastmon can measure on this machine.")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure what each chip reaches in large matrix products (a few seconds), kept in "
+                             "~/.cache/fastmon: reports then read a run's FLOP rate against it")
+    args = parser.parse_args(argv)
+    from fastmon.doctor import calibration_lines, report
 
     print(report())
+    if args.calibrate:
+        print("\n".join(calibration_lines()))
     return 0
 
 
@@ -296,7 +303,7 @@ USAGE = """usage: fastmon COMMAND ...
   report [RUN] [--json]            summarise a recorded run (default: latest)
   replay [RUN]                     open a recorded run in the dashboard
   export [RUN] [-o FILE]           write it as a trace for Perfetto or chrome://tracing
-  doctor                           what fastmon can measure on this machine
+  doctor [--calibrate]             what fastmon can measure on this machine (and what its chips reach)
 
 `fastmon run --help` lists the run options.
 """

@@ -47,3 +47,12 @@ def report() -> str:
     lines.append(f"{ok if gpu.available else no} GPU utilization, memory, power, clocks, temperature"
                  + ("" if gpu.available else " — the GPU panel will say so"))
     return "\n".join(lines)
+
+
+def calibration_lines() -> list[str]:
+    from fastmon.calibration import cache_file, calibrate
+
+    lines = ["", "what this machine's chips reach in large matrix products:"]
+    for device, rates in calibrate().items():
+        lines.append(f"  {device}: " + ", ".join(f"{dtype} {tflops:,g} TFLOP/s" for dtype, tflops in rates.items()))
+    return lines + [f"  kept in {cache_file()}: `fastmon report` reads a run's FLOP rate against it"]

@@ -8,13 +8,14 @@ import threading
 
 from fastmon.advisor import Window, recent
 from fastmon.advisor.types import SUGGESTION, gain_text
-from fastmon.phases import PHASE_LABELS, PHASES
-from fastmon.report import profile_lines, spawned_line
-from fastmon.summary import current_rows
+from fastmon.phases import PHASE_LABELS, PHASES, STEP_FIELDS
+from fastmon.report import profile_lines, si, spawned_line
+from fastmon.summary import current_rows, flops_figures
 from fastmon.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
 STATUS_WINDOW = 50
+_STEP, _SAMPLES = STEP_FIELDS.index("step"), STEP_FIELDS.index("samples")
 
 
 def status_line(session) -> str:
@@ -26,6 +27,8 @@ def status_line(session) -> str:
         gpu = state.gpu[-1] if state.gpu else None
         applying = [a for a in state.advice.values() if a.get("status") == APPLYING]
         applied = list(state.applied)
+        count = next((e for e in state.events if e.get("kind") == "flops" and e.get("rank", 0) == 0), None)
+        facts = dict(state.facts)
     if not steps:
         # "0.0 steps/s" while the script imports and loads its data reads like a stall
         return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
@@ -36,6 +39,11 @@ def status_line(session) -> str:
         parts.append(shares)
     if gpu:
         parts.append("GPU " + " ".join(f"{d.get('util')}%" for d in gpu))
+    samples = next((r[_SAMPLES] or 0 for r in rows if count and r[_STEP] == count["from_step"]), 0)
+    compute = flops_figures(count, samples, window.steps_per_s, window.samples_per_s, facts)
+    if compute["tflops_per_s"] is not None:
+        parts.append(si(compute["tflops_per_s"] * 1e12, "FLOP/s")
+                     + (f" MFU {compute['mfu']:.1%}" if compute["mfu"] is not None else ""))
     if applying:
         parts.append(f"trying {applying[0]['id']}")
     return " | ".join(parts)

@@ -256,6 +256,12 @@ class RunRecord:
         timed = db.execute("SELECT * FROM steps WHERE rank=? AND timed=1 ORDER BY step", (rank,)).fetchall()
         return steps, walls, (middle, other), timed
 
+    def step_span(self, rank: int, first: int, last: int) -> tuple[float, float] | None:
+        """From the start of step ``first`` to the end of step ``last``."""
+        start = self.db.execute("SELECT t_end - wall FROM steps WHERE rank=? AND step=?", (rank, first)).fetchone()
+        end = self.db.execute("SELECT t_end FROM steps WHERE rank=? AND step=?", (rank, last)).fetchone()
+        return (start[0], end[0]) if start and end else None
+
     def ranks(self) -> list[int]:
         return [r for (r,) in self.db.execute("SELECT DISTINCT rank FROM steps ORDER BY rank")]
 

@@ -84,6 +84,35 @@ def gpu_run_line(d: dict) -> str:
             f"power {known(power, ' W mean')}")
 
 
+def si(value: float, unit: str) -> str:
+    """1.36e8 FLOP -> "136.2 MFLOP"."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:,.1f} {prefix}{unit}"
+    return f"{value:,.0f} {unit}"
+
+
+def compute_lines(c: dict | None) -> list[str]:
+    """The FLOPs, the rate and MFU, and which limit the run presses on."""
+    if not c:
+        return []
+    if c.get("flops_per_step") is None:
+        lines = [f"  compute: FLOPs {c.get('flops_why')}"]
+    else:
+        mfu = f"MFU {c['mfu']:.1%} of {c['peak_of']} ({c['peak_tflops']:,g} TFLOP/s)" if c.get("mfu") is not None \
+            else f"MFU n/a ({c.get('mfu_why')})"
+        reached = f"; {c['of_measured']:.0%} of the {si(c['measured_tflops'] * 1e12, 'FLOP/s')} this chip reaches " \
+            "(fastmon doctor --calibrate)" if c.get("of_measured") is not None else \
+            "; `fastmon doctor --calibrate` measures what this chip reaches"
+        lines = [f"  compute: {si(c['flops_per_step'], 'FLOP')} a step (counted at step {c['counted_at_step']}, "
+                 f"{c['dtype']}), {si(c['tflops_per_s'] * 1e12, 'FLOP/s')} achieved; {mfu}{reached}"]
+    if c.get("bound"):
+        lines.append(f"  {c['bound']}: {c['bound_why']}")
+        if c.get("remedies"):
+            lines.append("    to try: " + "; ".join(c["remedies"]))
+    return lines
+
+
 def change_lines(changes: dict | None) -> list[str]:
     """The run before fastmon's first change and as it ran after its last kept one."""
     if not changes:
@@ -154,6 +183,7 @@ def format_text(s: dict) -> str:
         lines += [f"  {gpu_run_line(d)}" for d in gpu["devices"]]
     else:
         lines.append(f"  GPU: {gpu.get('note')}")
+    lines += compute_lines(s.get("compute"))
     if s.get("ranks"):
         lines.append("")
         lines.append(f"  {'rank':<5} {'steps':>6} {'steps/s':>8} {'step ms':>8} " + " ".join(f"{p[:8]:>8}" for p in PHASES))

@@ -125,7 +125,8 @@ class Session:
         # The steps captured: slower under the profiler, so no advisor window and no
         # experiment's measurement counts them.
         self.captured: list[range] = []
-        self.compiled: list[range] = []  # steps in which torch.compile compiled: start-up, not training
+        # steps that ran slower than training (torch.compile compiled, a FLOP count): start-up, not training
+        self.slowed: list[range] = []
         self.worker_pids: dict[int, set[int]] = {}  # each rank's DataLoader workers
         self.steps_made: dict[int, int] = {}  # each rank's steps, as its probe counted them at the end
         self.host: HostSampler | None = None
@@ -231,7 +232,7 @@ class Session:
             if kind == "events":
                 for row in self._assemble(message):
                     rank_state = state.ranks.setdefault(row[_RANK], RankState())
-                    if not rank_state.steps or (row[_RANK] == 0 and any(row[_STEP] in r for r in self.compiled)):
+                    if not rank_state.steps or (row[_RANK] == 0 and any(row[_STEP] in r for r in self.slowed)):
                         rank_state.leave_out(row)
                     rank_state.rows.append(row)
                     rank_state.steps += 1
@@ -253,11 +254,12 @@ class Session:
                 if message["kind"] == "profile_started":
                     self.profiling = True
                     self.captured.append(range(message["first"], message["first"] + message["steps"]))
-                elif message["kind"] == "compiled" and message.get("rank", 0) == 0:
-                    self.compiled.append(range(message["from_step"], message["to_step"] + 1))
+                elif message.get("rank", 0) == 0 and (message["kind"] == "compiled" or (
+                        message["kind"] == "flops" and "seconds" in message)):
+                    self.slowed.append(range(message["from_step"], message["to_step"] + 1))
                     rank0 = state.ranks.get(0)
                     for row in rank0.rows if rank0 else ():
-                        if row[_STEP] in self.compiled[-1]:
+                        if row[_STEP] in self.slowed[-1]:
                             rank0.leave_out(row)
                 elif message["kind"] == "profile":
                     # Until its tables were done the training shared the process with them: those
@@ -349,7 +351,7 @@ class Session:
         """Rank 0's rows without the steps a torch.profiler capture slowed or that compiled."""
         rows = self.rows()
         with self.lock:
-            left_out = {step for steps in (*self.captured, *self.compiled) for step in steps}
+            left_out = {step for steps in (*self.captured, *self.slowed) for step in steps}
         if not left_out:
             return rows
         return [r for r in rows if r[_STEP] not in left_out]

@@ -3,10 +3,13 @@ the end. Built from the run record alone, so a replay shows the same numbers."""
 
 from __future__ import annotations
 
+from fastmon.advisor.bound import LAUNCH, bound, launch_remedies
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.knobs import batch_setting, loader_setting
 from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.window import Window
+from fastmon.calibration import measured_tflops
+from fastmon.peaks import math_dtype, peak_tflops
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.records import RunRecord
 from fastmon.step_table import StepTable
@@ -43,12 +46,18 @@ def window_summary(window: Window) -> dict:
     }
 
 
-def compile_steps(events: list[dict]) -> dict[int, set[int]]:
-    """Each rank's steps in which torch.compile compiled (the probe's ``compiled`` events)."""
-    out: dict[int, set[int]] = {}
+SLOWED = {"compiled": "torch.compile", "flops": "FLOP count"}  # probe events: steps that ran slower, and why
+
+
+def slowed_steps(events: list[dict]) -> dict[int, dict[int, str]]:
+    """Each rank's steps that ran slower than training does, and why: torch.compile
+    compiled in them, or fastmon counted their FLOPs (a count refused before it began
+    slowed nothing)."""
+    out: dict[int, dict[int, str]] = {}
     for e in events:
-        if e["kind"] == "compiled":
-            out.setdefault(e.get("rank", 0), set()).update(range(e["from_step"], e["to_step"] + 1))
+        if e["kind"] == "compiled" or (e["kind"] == "flops" and "seconds" in e):
+            for step in range(e["from_step"], e["to_step"] + 1):
+                out.setdefault(e.get("rank", 0), {}).setdefault(step, SLOWED[e["kind"]])
     return out
 
 
@@ -62,11 +71,11 @@ def steady_summary(table: StepTable, left_out) -> dict:
     return out
 
 
-def steady_left_out(table: StepTable, compiled: set[int]) -> dict[int, str]:
+def steady_left_out(table: StepTable, slowed: dict[int, str]) -> dict[int, str]:
     """The start-up steps, left out of the steady run's rates, shares and medians, and why:
-    those in which torch.compile compiled, and the first step when more follow (CUDA's and
-    cuDNN's start, the allocator's first blocks, the first batch's workers, lazy modules)."""
-    out = {s: "torch.compile" for s in sorted(compiled) if table.has(s)}
+    the ``slowed_steps``, and the first step when more follow (CUDA's and cuDNN's start,
+    the allocator's first blocks, the first batch's workers, lazy modules)."""
+    out = {s: why for s, why in sorted(slowed.items()) if table.has(s)}
     if len(table) > 1 and table.steps[0] not in out:
         out[table.steps[0]] = first_step_why(table.row(0))
     return out
@@ -154,8 +163,8 @@ def summarize(run_dir) -> dict:
         primary = tables[ranks[0]] if ranks else StepTable.empty()
         exit_codes = [m.get("exit_code") for m in metas]
         events = [e for rec in records for e in rec.events()]
-        compiled = compile_steps(events)
-        left_out = steady_left_out(primary, compiled.get(ranks[0] if ranks else 0, set()))
+        slowed = slowed_steps(events)
+        left_out = steady_left_out(primary, slowed.get(ranks[0] if ranks else 0, {}))
         summary = {"run": ", ".join(map(str, dirs)), "folders": len(dirs), "script": meta.get("script"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
                    **steady_summary(primary, set(left_out))}
@@ -164,11 +173,11 @@ def summarize(run_dir) -> dict:
         summary["ranks"] = []
         if len(ranks) > 1:
             for rank in ranks:
-                rank_left_out = set(steady_left_out(tables[rank], compiled.get(rank, set())))
+                rank_left_out = set(steady_left_out(tables[rank], slowed.get(rank, {})))
                 summary["ranks"].append({"rank": rank, **steady_summary(tables[rank], rank_left_out)})
         summary["straggler"] = straggler(summary["ranks"])
         summary["memory"] = _memory(primary, records[0])
-        summary["gpu"] = _gpu(records[0], meta)
+        summary["gpu"] = _gpu(records[0], meta, steady_span(records[0], ranks[0] if ranks else 0, primary, left_out))
         summary["device"] = _device(records[0])
         # What the probes counted at the end, less what is on record: what could not be written too
         made = sum(v or 0 for m in metas for v in (m.get("steps_made") or {}).values())
@@ -182,6 +191,7 @@ def summarize(run_dir) -> dict:
         summary["changes"] = before_and_after(primary, summary["applied"], set(left_out))
         summary["timing"] = facts.get("timing")  # the probe's measure of what a timed step costs
         summary["compile"] = facts.get("compile")
+        summary["compute"] = compute(summary, events, primary, facts)
         summary["probe_faults"] = [e for e in events if e["kind"] == "probe_fault"]
         summary["profiles"] = [e for e in events if e["kind"] == "profile"]
         summary["spawned_training"] = [e for e in events if e["kind"] == "spawned_training"]
@@ -211,11 +221,84 @@ def _memory(table: StepTable, record: RunRecord) -> dict:
     return out
 
 
-def _gpu(record: RunRecord, meta: dict) -> dict:
+def steady_span(record: RunRecord, rank: int, table: StepTable, left_out) -> tuple[float, float] | None:
+    """When the steady run's steps ran: from the first one's start to the last one's end."""
+    reach = len(left_out) + 1  # a steady step is among this many at either end
+    first = next((s for s in table.steps[:reach] if s not in left_out), None)
+    last = next((s for s in reversed(table.steps[-reach:]) if s not in left_out), None)
+    return None if first is None else record.step_span(rank, first, last)
+
+
+def _gpu(record: RunRecord, meta: dict, steady_span: tuple[float, float] | None) -> dict:
     samples = record.samples("gpu")
     if not samples:
         return {"available": False, "note": meta.get("gpu_note") or "no GPU samples"}
-    return {"available": True, "devices": gpu_figures([sample for _, _, sample in samples])}
+    devices = gpu_figures([sample for _, _, sample in samples])
+    if steady_span is not None:
+        start, end = steady_span
+        during = gpu_figures([sample for t, _, sample in samples if start <= t <= end])
+        for device in devices:
+            device["util_in_steps"] = next((d["util_mean"] for d in during if d["index"] == device["index"]), None)
+    return {"available": True, "devices": devices}
+
+
+def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) -> dict:
+    """The model's FLOPs (the probe's count on one step), the rate the steady run reaches,
+    its MFU against the chip's datasheet peak, and which limit the run presses on."""
+    on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
+    devices = summary["gpu"].get("devices") or []
+    busy = devices[0].get("util_in_steps") if devices else None
+    now = (summary.get("changes") or {}).get("after") or summary  # the run as it is after fastmon's changes
+    verdict = bound(now["phases"], busy, on_gpu)
+    out: dict = {"bound": verdict[0] if verdict else None,
+                 "bound_why": verdict[1] if verdict else "no GPU utilization was sampled during the steps",
+                 "gpu_busy_in_steps": busy}
+    if verdict and verdict[0] == LAUNCH:
+        compiled = bool(summary.get("compile")) or "model.OptimizedModule" in facts  # the latter: older records
+        out["remedies"] = launch_remedies(compiled)
+    rank = summary["ranks"][0]["rank"] if summary["ranks"] else 0
+    count = next((e for e in events if e["kind"] == "flops" and e.get("rank", 0) == rank), None)
+    step = count["from_step"] if count else None
+    samples = table.samples[table.position(step)] if step is not None and table.has(step) else 0
+    return {**flops_figures(count, samples, summary["steps_per_s"], summary["samples_per_s"], facts), **out}
+
+
+def flops_figures(count: dict | None, samples_at_count: int, steps_per_s: float, samples_per_s: float,
+                  facts: dict) -> dict:
+    """The FLOP rate of steps at ``steps_per_s`` / ``samples_per_s`` from the probe's count
+    (its ``flops`` event, of a step of ``samples_at_count`` samples), and the MFU where the
+    chip's peak is known: the report's figures and the header's."""
+    out: dict = {"flops_per_step": None, "tflops_per_s": None, "mfu": None}
+    if count is None:
+        out["flops_why"] = "not counted (a run recorded before fastmon counted FLOPs, or shorter than the count's step)"
+        return out
+    if count.get("error"):
+        out["flops_why"] = f"not counted at step {count['from_step']}: {count['error']}"
+        return out
+    flops = count["flops"]
+    per_sample = flops / samples_at_count if samples_at_count else None
+    # per sample where both are known: a batch changed after the count is followed
+    rate = per_sample * samples_per_s if per_sample and samples_per_s else flops * steps_per_s
+    dtype = max(count["by_dtype"], key=count["by_dtype"].get) if count["by_dtype"] else None
+    out.update(flops_per_step=flops, flops_per_sample=round(per_sample) if per_sample else None,
+               counted_at_step=count["from_step"], dtype=dtype, tflops_per_s=float(f"{rate / 1e12:.4g}"))
+    environment = facts.get("environment") or {}
+    on_gpu = environment.get("accelerator") == "cuda"
+    name = ((environment.get("devices") or [{}])[0]).get("name") if on_gpu else environment.get("cpu")
+    matmul = math_dtype(dtype or "", (facts.get("settings") or {}).get("float32_matmul_precision")) if on_gpu \
+        else dtype
+    reached = measured_tflops(name, matmul)
+    if reached:
+        out.update(of_measured=float(f"{rate / 1e12 / reached:.4g}"), measured_tflops=reached)
+    if not on_gpu:
+        out["mfu_why"] = "a CPU has no datasheet peak to divide by"
+        return out
+    peak = peak_tflops(name, matmul)
+    if peak is None:
+        out["mfu_why"] = f"no datasheet peak for {name or 'this GPU'} in {matmul}"
+        return out
+    out.update(mfu=float(f"{rate / 1e12 / peak[1]:.4g}"), peak_tflops=peak[1], peak_of=f"{peak[0]} {matmul} dense")
+    return out
 
 
 def gpu_figures(samples: list[list[dict]]) -> list[dict]:

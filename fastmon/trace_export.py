@@ -98,6 +98,13 @@ def _run_events(record: RunRecord, us, t0: float, host_pid: int, host_name: str)
         yield from (_name("process_name", rank + 1, None, f"rank {rank}"),
                     _name("process_sort_index", rank + 1, None, rank + 1),
                     _name("thread_name", rank + 1, STEPS_TID, "steps (host)"))
+    events = record.events()
+    # each rank's FLOPs a sample (the probe's count), for a FLOP/s counter at its timed steps
+    per_sample = {}
+    for e in events:
+        counted = record.steps_upto(e["rank"], e["from_step"], 1) if e["kind"] == "flops" and e.get("flops") else []
+        if counted and counted[0][_I["step"]] == e["from_step"] and counted[0][_I["samples"]]:
+            per_sample[e["rank"]] = e["flops"] / counted[0][_I["samples"]]
     previous_end: dict[int, int] = {}  # rank -> its last slice's end
     for row in record.iter_steps():
         rank, step, pid = row[_I["rank"]], row[_I["step"]], row[_I["rank"]] + 1
@@ -112,6 +119,9 @@ def _run_events(record: RunRecord, us, t0: float, host_pid: int, host_name: str)
             phase_ms = {p: round((row[_I[p]] or 0.0) * 1e3, 4) for p in PHASES}
             args.update(phase_ms)
             yield _counter("phase ms", pid, start, us, phase_ms)
+            if rank in per_sample and row[_I["samples"]] and row[_I["wall"]] > 0:
+                rate = per_sample[rank] * row[_I["samples"]] / row[_I["wall"]]
+                yield _counter("achieved TFLOP/s", pid, start, us, {"TFLOP/s": float(f"{rate / 1e12:.4g}")})
             if row[_I["mem_alloc"]] is not None and row[_I["mem_reserved"]]:
                 for label, field in (("torch allocated MiB", "mem_alloc"), ("torch reserved MiB", "mem_reserved")):
                     yield _counter(label, pid, start, us, {"MiB": round(row[_I[field]] / MIB, 1)})
@@ -131,7 +141,7 @@ def _run_events(record: RunRecord, us, t0: float, host_pid: int, host_name: str)
             yield from _host_counters(t, us, data, roles, host_pid)
         elif source == "gpu":
             yield from _gpu_counters(t, us, data, host_pid)
-    for event in record.events():
+    for event in events:
         name = event["kind"] + (f": {_params(event['params'])}" if event.get("params") else "")
         args = {k: v for k, v in event.items() if k not in ("t", "kind")}
         yield _instant(name, event["rank"] + 1, event["t"], us, args, scope="p")

@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from fastmon.calibration import cpu_name
+
 
 def describe_model(module: torch.nn.Module) -> dict:
     params = list(module.parameters())
@@ -160,6 +162,7 @@ def environment() -> dict:
         "cpu_count": os.cpu_count(),
         "device_count": torch.cuda.device_count() if cuda else 0,
         "accelerator": "cuda" if cuda else "cpu",
+        "cpu": cpu_name(),  # what `fastmon doctor --calibrate` measured is kept under this name
         "devices": [],
     }
     if cuda:

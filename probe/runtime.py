@@ -16,6 +16,7 @@ from fastmon.probe.autograd_hooks import BackwardPart
 from fastmon.probe.clock import StepClock
 from fastmon.probe.code_checks import CodeChecksPart
 from fastmon.probe.compiling import CompileWatch
+from fastmon.probe.flop_count import FlopCount
 from fastmon.probe.forward_hooks import ForwardPart
 from fastmon.probe.guard import Part, describe
 from fastmon.probe.hotapply import HotApply
@@ -70,6 +71,8 @@ class Probe:
         self.hot = HotApply(self)
         self.compile_watch = CompileWatch(self)
         self.profile = ProfileCapture(self)
+        self.flops = FlopCount(self)
+        self.between_steps = (self.profile, self.flops)  # what starts and stops at step boundaries
         # What arm/disarm visit; the collectives only once torch.distributed is initialized
         # (seen at the settings poll): no collective can run before.
         self.toggled = [part for part in self.parts if type(part).arm is not Part.arm and part is not self.dist_part]
@@ -112,6 +115,7 @@ class Probe:
             self.profile.close()
         except Exception as exc:
             self.report_fault("profile", exc)
+        self.flops.close()
         try:
             self._say_timing(final=True)
         except Exception as exc:
@@ -182,7 +186,7 @@ class Probe:
         one, or disarm until the drawn step."""
         next_timed = step + self.schedule.gap(step, now_ns)
         if next_timed > step + 1 and not (changed or self.forward_part.discovering or not self.optimizer_part.created
-                                          or self.hot.waiting or self.profile.active is not None):
+                                          or self.hot.waiting or self._between_steps_active()):
             self.next_timed_step = next_timed
             self.disarm()  # the next step ends the long way: the schedule measures from its end
 
@@ -208,7 +212,8 @@ class Probe:
         """Untimed steps of ``optimizer`` end the short way until the step before the next
         timed one, the step of the next gradient-norm sample, or the next step whose end the
         schedule measures its timed steps' cost by, whichever comes first."""
-        short_until = min(self.next_timed_step - 1, self.profile.start_at - 1, self.schedule.next_mark(self.clock.step))
+        short_until = min(self.next_timed_step - 1, self.schedule.next_mark(self.clock.step),
+                          *(task.start_at - 1 for task in self.between_steps))
         if self.checks_part.on:
             short_until = min(short_until, self.checks_part.next_norm_step)
         if self.hot.waiting or not self.optimizer_part.fast or optimizer is None:
@@ -242,9 +247,7 @@ class Probe:
                 for row in self.events.end_step(self.clock.step - 1):
                     self.message(dict(row, t="device", rank=self.rank))
             changed = self._take_control()
-            profile = self.profile
-            if profile.active is not None or clock.step >= profile.start_at:
-                changed = profile.at_boundary(clock.step) or changed
+            changed = self._at_boundary(clock.step) or changed
             self._plan_next(clock.step - 1, now, changed, optimizer)
         except Exception as exc:
             self._step_fault(exc)
@@ -260,9 +263,7 @@ class Probe:
             if optimizer is not None:
                 self.checks_part.grad_norm_if_due(optimizer)
             resume_timing = self._take_control() or clock.step + 1 >= self.next_timed_step
-            profile = self.profile
-            if profile.active is not None or clock.step + 1 >= profile.start_at:
-                resume_timing = profile.at_boundary(clock.step + 1) or resume_timing
+            resume_timing = self._at_boundary(clock.step + 1) or resume_timing
             if resume_timing:
                 self.schedule.arming(clock.step, entered)
                 self.arm()  # the step after a change is timed too: it shows what the change did
@@ -277,6 +278,18 @@ class Probe:
                 self._set_wake(optimizer)
         except Exception as exc:
             self._step_fault(exc)
+
+    def _between_steps_active(self) -> bool:
+        return any(task.active is not None for task in self.between_steps)
+
+    def _at_boundary(self, next_step: int) -> bool:
+        """Before ``next_step``: a torch.profiler capture or a FLOP count starts or stops
+        where one is due. True if any did."""
+        changed = False
+        for task in self.between_steps:
+            if task.active is not None or next_step >= task.start_at:
+                changed = task.at_boundary(next_step) or changed
+        return changed
 
     def _take_control(self) -> bool:
         """Carry out the monitor's commands that are due; True if any was."""
@@ -295,6 +308,7 @@ class Probe:
     def _step_fault(self, exc: BaseException) -> None:
         self.report_fault("step", exc)
         self.profile.abandon()
+        self.flops.close()
         self._all_off()
         for part in self.parts:
             try:

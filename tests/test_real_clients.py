@@ -97,6 +97,8 @@ def test_a_compiled_model_compiles_as_without_fastmon(run_fastmon, report, tmp_p
     assert summary["compile"]["recompiles"] == 0
     assert re.search(r"start-up, left out of the rates, shares and medians: step 0: [\d.]+ s \(torch.compile\)", out.stderr)
     assert summary["memory"]["workers_seen_max"] == 0
+    # its kernels pass no dispatch mode: not counted, and said why (the count would be wrong)
+    assert summary["compute"]["flops_per_step"] is None and "compiled" in summary["compute"]["flops_why"]
 
 
 @pytest.mark.e2e

@@ -107,8 +107,9 @@ def test_fast_steps_are_all_recorded_and_a_random_sample_timed(run_fastmon, tmp_
         if not row["timed"]:
             assert all(row[p] is None for p in PHASES)
     summary = report()
-    # the table is of the steady run: every step but the first
-    assert summary["steps"] == 20_000 and summary["steady_steps"] == 19_999 and summary["timed_steps"] == len(sampled) - 1
+    # the table is of the steady run: every step but the first and the one whose FLOPs were counted
+    assert [u["why"] for u in summary["startup_steps"]][1:] == ["FLOP count"]
+    assert summary["steps"] == 20_000 and summary["steady_steps"] == 19_998 and summary["timed_steps"] == len(sampled) - 2
     assert summary["duration_s"] == pytest.approx(sum(r["wall"] for r in rows), rel=1e-3)
     assert abs(sum(summary["phases"].values()) - 1) < 0.01
     # the report says what the run measured a timed step to cost, and the sample follows it
@@ -117,7 +118,7 @@ def test_fast_steps_are_all_recorded_and_a_random_sample_timed(run_fastmon, tmp_
     assert 200 <= price["timed_step_us"] <= 1000
     assert 0.4 < len(later) / (len(rows) / price["one_in"]) < 3
     assert price["measured"] >= len(later) / 2  # the episodes with room for their windows, said at the end
-    assert (f"phases timed in {len(sampled) - 1} of the 19999 steps of the steady run, a random sample, each "
+    assert (f"phases timed in {len(sampled) - 2} of the 19998 steps of the steady run, a random sample, each "
             f"standing for the steps up to the next (a timed step costs "
             f"~{price['timed_step_us'] / 1e3:.2f} ms here, measured on {price['measured']}: ") in out.stderr
 

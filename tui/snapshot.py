@@ -8,16 +8,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastmon.advisor.bound import bound
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.step_table import StepTable
-from fastmon.summary import (compile_steps, current_window, gpu_figures, rates, since_last_change, steady_left_out,
-                             straggler, window_summary)
+from fastmon.summary import (current_window, flops_figures, gpu_figures, rates, since_last_change, slowed_steps,
+                             steady_left_out, steady_span, straggler, window_summary)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
 RECENT_STEPS = 100
+BUSY_SAMPLES = 10  # the GPU samples whose mean utilization the header's verdict reads
 ENDED = ("finished", "crashed", "detached", "ended")  # a run in these shows its steady run as it is now
 _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 _EPOCHS_ARG = re.compile(r"^--(?:max[-_]|num[-_])?epochs?(?:=(\d+))?$")
@@ -50,6 +52,8 @@ class Snapshot:
     replay: tuple | None = None  # (position, last) in replay mode
     dropped: int = 0
     capturing: bool = False  # a torch.profiler capture asked for or under way
+    compute: dict = field(default_factory=dict)  # summary.flops_figures at the run's rates
+    bound: tuple | None = None  # advisor.bound's (verdict, why) of the recent steps
 
 
 def chart_buckets(rows: list) -> tuple[list[dict], int]:
@@ -105,10 +109,13 @@ def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
 
 
 def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
-          advice, applied, dropped, replay=None, capturing=False, current: Window | None = None) -> Snapshot:
+          advice, applied, dropped, replay=None, capturing=False, current: Window | None = None,
+          flops_count: dict | None = None, gpu_busy: float | None = None) -> Snapshot:
     """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
     ``current``: the steady run since the last change, for a run that has ended (the
-    report's figures); else the shares are of the latest steps."""
+    report's figures); else the shares are of the latest steps; ``flops_count``: the
+    probe's ``flops`` event; ``gpu_busy``: the GPU's utilization while the steps of the
+    window ran (the last samples' while a run goes), for the verdict."""
     snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps,
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
                     run=run, capturing=capturing)
@@ -131,7 +138,23 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
                 hist["mem"].append(100.0 * (d.get("mem_used") or 0) / total)
     fill_progress(snap, facts, argv)
     snap.ranks, snap.straggler = rank_table(rank_rows)
+    counted = flops_count["from_step"] if flops_count else None
+    samples = next((r[_I["samples"]] or 0 for r in rows if r[_I["step"]] == counted), 0)
+    snap.compute = flops_figures(flops_count, samples, run.get("steps_per_s", 0.0), run.get("samples_per_s", 0.0), facts)
+    on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
+    snap.bound = bound(snap.recent.shares, gpu_busy, on_gpu) if snap.recent.steps else None
     return snap
+
+
+def recent_busy(gpu_samples: list) -> float | None:
+    """The first GPU's mean utilization over the last ``BUSY_SAMPLES`` samples."""
+    busy = [d["util"] for sample in gpu_samples[-BUSY_SAMPLES:] for d in sample[:1] if d.get("util") is not None]
+    return sum(busy) / len(busy) if busy else None
+
+
+def first_count(events) -> dict | None:
+    """The first rank's FLOP count (the probe's ``flops`` event)."""
+    return next((e for e in sorted(events, key=lambda e: e.get("rank", 0))), None)
 
 
 class LiveSource:
@@ -175,7 +198,8 @@ class LiveSource:
         return build(title=self.title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps, run=run,
                      rows=rows, rank_rows=rank_rows, facts=facts, argv=argv, host=host, gpu_samples=gpu,
                      gpu_note=session.gpu.note, advice=advice, applied=applied, dropped=dropped,
-                     capturing=capturing, current=current)
+                     capturing=capturing, current=current, flops_count=first_count(self.events("flops")),
+                     gpu_busy=None if current is not None else recent_busy(gpu))  # the ended run's: the report
 
     @property
     def run_dir(self):
@@ -218,7 +242,7 @@ class ReplaySource:
         self.ranks = record.ranks()
         first_rank = self.ranks[0] if self.ranks else 0
         self.table = StepTable.read(record, first_rank) if self.ranks else StepTable.empty()
-        self.left_out = steady_left_out(self.table, compile_steps(self.recorded_events).get(first_rank, set()))
+        self.left_out = steady_left_out(self.table, slowed_steps(self.recorded_events).get(first_rank, {}))
         self._walls_upto = list(itertools.accumulate(self.table.walls, initial=0.0))
         self._left_out_at = sorted(p for p in map(self.table.position, self.left_out) if p < len(self.table))
         self._current: Window | None = None
@@ -246,6 +270,12 @@ class ReplaySource:
             self._current = current_window(self.table, self.applied, self.left_out)
         return self._current
 
+    def _steady_busy(self) -> float | None:
+        """The report's GPU utilization during the steady run's steps."""
+        span = steady_span(self.record, self.ranks[0], self.table, self.left_out) if self.ranks else None
+        devices = gpu_figures([sample for t, _, sample in self.gpu if span and span[0] <= t <= span[1]])
+        return devices[0]["util_mean"] if devices else None
+
     def move(self, delta: int) -> None:
         self.position = min(max(self.position + delta, 1 if self.length else 0), self.length)
 
@@ -270,7 +300,9 @@ class ReplaySource:
                      rank_rows=rank_rows, facts=self.facts, argv=argv, host=host, gpu_samples=gpu,
                      gpu_note=self.meta.get("gpu_note") or "", advice=self.advice, applied=self.applied,
                      dropped=self.meta.get("dropped", 0), replay=(self.position, self.length),
-                     current=self._current_window() if at_end and rows else None)
+                     current=self._current_window() if at_end and rows else None,
+                     flops_count=first_count(e for e in self.events("flops") if e["from_step"] < self.position),
+                     gpu_busy=self._steady_busy() if at_end else recent_busy(gpu))
 
     def events(self, kind: str) -> list[dict]:
         return [e for e in self.recorded_events if e["kind"] == kind]

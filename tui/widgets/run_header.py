@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from fastmon.report import si
+
 STATUS_STYLE = {"running": "bold green", "starting": "yellow", "finished": "bold cyan", "crashed": "bold red",
                 "detached": "yellow", "stopping": "bold yellow", "replay": "bold magenta", "ended": "bold cyan"}
 
@@ -42,6 +44,12 @@ class RunHeader(Static):
                      style="bold")
         if snap.eta_s is not None:
             line2.append(f" · ETA {clock(snap.eta_s)}")
+        if snap.compute.get("tflops_per_s") is not None:
+            mfu = snap.compute.get("mfu")
+            line2.append(f" · {si(snap.compute['tflops_per_s'] * 1e12, 'FLOP/s')}"
+                         + (f" MFU {mfu:.1%}" if mfu is not None else ""))
+        if snap.bound:
+            line2.append(f" · {snap.bound[0]}", style="bold yellow" if snap.bound[0] != "compute-bound" else "")
         if snap.capturing and snap.status == "running":
             line2.append(" · torch.profiler capturing: these steps run slower", style="bold yellow")
         if busy_redraw:

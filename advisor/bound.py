@@ -1,0 +1,41 @@
+"""Which limit a window of steps presses on: data, communication, the host's launching of
+device work, or the compute itself. One verdict from what fastmon measures already: the
+phases' shares of the step, and on a GPU how busy NVML saw it while the steps ran."""
+
+from __future__ import annotations
+
+DATA_BOUND_SHARE = 0.3  # of the step waiting for the next batch
+COMM_BOUND_SHARE = 0.3  # of the step in collectives
+LAUNCH_BOUND_BUSY = 60.0  # % of the steps' time the GPU is busy, below which it waits for the host
+
+DATA, COMMUNICATION, LAUNCH, COMPUTE = "data-bound", "communication-bound", "launch-bound", "compute-bound"
+# what a launch-bound step can try, most likely first; "compile" only where the model is not compiled yet
+LAUNCH_REMEDIES = {
+    "compile": "torch.compile (fewer, fused kernels)",
+    "cuda_graphs": "CUDA graphs: torch.compile(mode=\"reduce-overhead\") launches a step's kernels at once",
+    "batch": "a larger batch (more work per launch)",
+    "fused_optimizer": "a fused optimizer (fused=True: one kernel for the update)",
+}
+
+
+def bound(shares: dict, gpu_busy: float | None, on_gpu: bool) -> tuple[str, str] | None:
+    """(verdict, the evidence in words), or None where the evidence is missing (a GPU run
+    without NVML's utilization)."""
+    data, comm = shares.get("data_wait", 0.0), shares.get("comm", 0.0)
+    if data >= DATA_BOUND_SHARE:
+        return DATA, f"{data:.0%} of the step waits for the next batch"
+    if comm >= COMM_BOUND_SHARE:
+        return COMMUNICATION, f"{comm:.0%} of the step is in collectives"
+    if not on_gpu:
+        return COMPUTE, "the CPU computes the model: no wait for data or other ranks dominates"
+    if gpu_busy is None:
+        return None
+    if gpu_busy < LAUNCH_BOUND_BUSY:
+        return LAUNCH, (f"the GPU is busy {gpu_busy:.0f}% of the steps' time and the host is not waiting for data: "
+                        f"the GPU waits for the CPU to issue its kernels; a step could take as little as "
+                        f"{gpu_busy / 100:.0%} of its time (up to {100 / max(gpu_busy, 1):.1f}x) if launching were free")
+    return COMPUTE, f"the GPU is busy {gpu_busy:.0f}% of the steps' time"
+
+
+def launch_remedies(compiled: bool) -> list[str]:
+    return [text for key, text in LAUNCH_REMEDIES.items() if not (compiled and key == "compile")]

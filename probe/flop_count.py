@@ -1,0 +1,117 @@
+"""The model's floating-point work, counted on one step: torch's own FLOP formulas
+(``torch.utils.flop_counter.flop_registry``: matmuls, convolutions, attention) applied to
+each operator of that step as it runs, by a dispatch mode entered and left at the step's
+boundaries, in the training thread. Every operator runs as it would have: the count reads
+shapes, never values, so it neither synchronizes nor changes a result. The counted step
+runs slower (each operator passes through Python) and is left out of the steady run.
+
+Not torch's ``FlopCounterMode`` itself: its module tracker installs global module hooks
+(torch.compile then warns on the user's screen) and it decomposes operators it has no
+formula for, which runs other kernels. A compiled model is not counted: its kernels never
+reach a dispatch mode. See README "FLOPs and MFU".
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+COUNT_AT_STEP = 3  # the first count: past the first step's start-up and the lazy ones after it
+
+
+class _Counting(TorchDispatchMode):
+    """Runs each operator, and adds its FLOPs (torch's formula for it, where there is one)
+    under the dtype of its first tensor input."""
+
+    supports_higher_order_operators = True  # run as they are (not counted), never refused
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.utils.flop_counter import flop_registry
+
+        self.formulas = flop_registry
+        self.by_dtype: collections.Counter = collections.Counter()
+        self.counting = True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.counting:
+            try:
+                formula = self.formulas.get(getattr(func, "_overloadpacket", func))
+                if formula is not None:
+                    dtype = next((a.dtype for a in args if isinstance(a, torch.Tensor)), None)
+                    self.by_dtype[str(dtype).removeprefix("torch.")] += int(formula(*args, **kwargs, out_val=out))
+            except Exception:
+                self.counting = False  # a formula that fails here: no count rather than a wrong one
+        return out
+
+
+class FlopCount:
+    """Counts at ``COUNT_AT_STEP``, once: the summary divides by the step's samples, so a
+    batch changed later is followed. The probe's step boundaries call ``at_boundary``
+    while ``active`` or once ``start_at`` is reached."""
+
+    def __init__(self, probe) -> None:
+        self.probe = probe
+        self.start_at = COUNT_AT_STEP
+        self.active: _Counting | None = None
+        self.step = 0
+        self.started_ns = 0
+
+    def at_boundary(self, next_step: int) -> bool:
+        """Between steps, before ``next_step``: start or stop the count. True if either happened."""
+        if self.active is not None:
+            self._stop(next_step)
+            return True
+        if next_step >= self.start_at:
+            self.start_at = math.inf
+            self._start(next_step)
+            return True
+        return False
+
+    def _start(self, step: int) -> None:
+        if self.probe.forward_part.compile_in_use:
+            self._report(step, error="the model is compiled: its kernels do not pass through a dispatch mode")
+            return
+        if torch._C._len_torch_dispatch_stack():
+            self._report(step, error="the script runs under a dispatch mode of its own")
+            return
+        mode = _Counting()
+        mode.__enter__()
+        self.active, self.step, self.started_ns = mode, step, time.perf_counter_ns()
+
+    def _stop(self, next_step: int) -> None:
+        mode, self.active = self.active, None
+        seconds = (time.perf_counter_ns() - self.started_ns) / 1e9
+        if _get_current_dispatch_mode() is not mode:
+            mode.counting = False  # a mode the script entered sits above ours: leave the stack to it
+            self._report(self.step, error="the script entered a dispatch mode during the counted step",
+                         seconds=round(seconds, 4))
+            return
+        mode.__exit__(None, None, None)
+        if not mode.counting:
+            self._report(self.step, error="torch's FLOP formula failed on an operator of this step",
+                         seconds=round(seconds, 4))
+            return
+        self._report(self.step, to_step=next_step - 1, flops=sum(mode.by_dtype.values()),
+                     by_dtype=dict(mode.by_dtype), seconds=round(seconds, 4))
+
+    def _report(self, step: int, to_step: int | None = None, **fields) -> None:
+        self.probe.event("flops", from_step=step, to_step=step if to_step is None else to_step, **fields)
+
+    def close(self) -> None:
+        """At the script's exit, or when the probe goes off: a count under way ends uncounted."""
+        mode, self.active, self.start_at = self.active, None, math.inf
+        if mode is not None and _get_current_dispatch_mode() is mode:
+            try:
+                mode.__exit__(None, None, None)
+            except Exception as exc:
+                self.probe.report_fault("flops", exc)
+        elif mode is not None:
+            mode.counting = False
+

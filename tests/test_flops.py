@@ -1,0 +1,104 @@
+"""FLOPs, MFU and the bound verdict: counted on a real training step, worked out by hand,
+and read from the recorded H200 runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SCRIPTS, clean_env
+from fastmon.peaks import math_dtype, peak_tflops
+from fastmon.summary import summarize
+from fastmon.tui.snapshot import ReplaySource
+
+MLP = SCRIPTS / "mlp_flops.py"
+WIDTHS, BATCH = (16, 1024, 1024, 10), 64
+RECORDED = ROOT / "tests" / "data"
+
+
+def by_hand() -> int:
+    """Forward 2 x in x out x batch a layer; backward as much again for the weights'
+    gradient and for the input's, but the first layer's input needs none."""
+    layers = list(zip(WIDTHS, WIDTHS[1:]))
+    forward = sum(2 * n_in * n_out * BATCH for n_in, n_out in layers)
+    input_grads = sum(2 * n_in * n_out * BATCH for n_in, n_out in layers[1:])
+    return 2 * forward + input_grads
+
+
+@pytest.mark.e2e
+def test_an_mlp_s_flops_are_counted_as_worked_out_by_hand_and_change_no_weight(run_fastmon, report, tmp_path):
+    bare = subprocess.run([sys.executable, MLP], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=clean_env())
+    out = run_fastmon("run", "--headless", MLP)
+    assert out.returncode == 0, out.stderr
+    weights = re.search(r"^weights \w+$", out.stdout, re.M).group()
+    assert weights == bare.stdout.strip()  # the counted step ran every operator as it would have
+    compute = report()["compute"]
+    assert compute["flops_per_step"] == by_hand()
+    weights_count = sum(n_in * n_out for n_in, n_out in zip(WIDTHS, WIDTHS[1:]))
+    assert compute["flops_per_step"] == pytest.approx(6 * weights_count * BATCH, rel=0.02)  # the usual 6ND
+    assert compute["flops_per_sample"] == by_hand() / BATCH
+    assert compute["dtype"] == "float32" and compute["mfu"] is None
+    assert compute["tflops_per_s"] > 0
+    summary = report()
+    assert {"step": compute["counted_at_step"], "why": "FLOP count"} in [
+        {k: u[k] for k in ("step", "why")} for u in summary["startup_steps"]]
+    rate = compute["flops_per_sample"] * summary["samples_per_s"]
+    assert compute["tflops_per_s"] == pytest.approx(rate / 1e12, rel=1e-3)
+    assert re.search(r"compute: [\d.]+ MFLOP a step \(counted at step 3, float32\), [\d.,]+ [GM]FLOP/s achieved; "
+                     r"MFU n/a \(a CPU has no datasheet peak to divide by\)", out.stderr)
+    # the trace: a FLOP/s counter at each timed step, from the FLOPs a sample
+    assert run_fastmon("export", "-o", tmp_path / "trace.json").returncode == 0
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    counters = [e for e in trace if e["name"] == "achieved TFLOP/s"]
+    timed = [e for e in trace if e.get("cat") == "step" and e["args"]["timed"]]
+    assert len(counters) == len(timed) > 0
+
+
+@pytest.mark.parametrize("run", ["h200-nanogpt-eager-1", "h200-nanogpt-compiled", "h200-hf-trainer-gpt2"])
+def test_the_recorded_h200_runs_are_launch_bound_on_every_surface(run):
+    """nanoGPT and a small GPT-2 on an H200: NVML saw the GPU busy 19-46% of the steps'
+    time while the host was not waiting for data."""
+    compute = summarize(RECORDED / run)["compute"]
+    assert compute["bound"] == "launch-bound"
+    assert 15 < compute["gpu_busy_in_steps"] < 50
+    assert ("torch.compile (fewer, fused kernels)" in compute["remedies"]) == ("compiled" not in run)
+    assert ReplaySource(RECORDED / run).snapshot().bound == (compute["bound"], compute["bound_why"])
+
+
+def test_a_starved_run_is_data_bound():
+    assert summarize(RECORDED / "starved-run")["compute"]["bound"] == "data-bound"
+
+
+@pytest.mark.parametrize("name,dtype,precision,peak", [
+    ("NVIDIA H200", "bfloat16", "highest", ("H200", 989)),
+    ("NVIDIA H100 80GB HBM3", "bfloat16", "highest", ("H100 SXM", 989)),
+    ("NVIDIA H100 PCIe", "float32", "high", ("H100 PCIe", 378)),  # TF32
+    ("NVIDIA A100-SXM4-80GB", "float32", "highest", ("A100", 19.5)),
+    ("NVIDIA A10", "float16", "highest", ("A10", 125)),
+    ("NVIDIA A10G", "float16", "highest", None),  # not the A10's datasheet
+    ("NVIDIA L40S", "bfloat16", "highest", ("L40S", 362)),
+    ("NVIDIA L4", "bfloat16", "highest", ("L4", 121)),
+    ("Tesla V100-SXM2-16GB", "bfloat16", "highest", None),  # no bf16 on Volta
+])
+def test_a_chip_s_peak_is_its_datasheet_s_for_the_dtype_its_matrix_units_run(name, dtype, precision, peak):
+    assert peak_tflops(name, math_dtype(dtype, precision)) == peak
+
+
+@pytest.mark.e2e
+def test_a_calibrated_chip_s_rate_is_what_a_run_is_read_against(run_fastmon, tmp_path):
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = run_fastmon("doctor", "--calibrate", env_extra=cache)
+    assert out.returncode == 0, out.stderr
+    cpu, rate = re.search(r"^  (CPU .+): float32 ([\d.]+) TFLOP/s$", out.stdout, re.M).groups()
+    assert float(rate) > 0
+    assert run_fastmon("run", "--headless", MLP, env_extra=cache).returncode == 0
+    summary = json.loads(run_fastmon("report", "--json", env_extra=cache).stdout)
+    compute = summary["compute"]
+    assert compute["measured_tflops"] == float(rate)
+    assert compute["of_measured"] == pytest.approx(compute["tflops_per_s"] / float(rate), abs=1e-3)
+    assert cpu in json.loads((tmp_path / "cache" / "fastmon" / "calibration.json").read_text())
