@@ -65,13 +65,17 @@ class FlopCount:
 
     def at_boundary(self, next_step: int) -> bool:
         """Between steps, before ``next_step``: start or stop the count. True if either happened."""
-        if self.active is not None:
-            self._stop(next_step)
-            return True
-        if next_step >= self.start_at:
-            self.start_at = math.inf
-            self._start(next_step)
-            return True
+        try:  # a count that fails costs the count, never the probe's step timing
+            if self.active is not None:
+                self._stop(next_step)
+                return True
+            if next_step >= self.start_at:
+                self.start_at = math.inf
+                self._start(next_step)
+                return True
+        except Exception as exc:
+            self.close()
+            self.probe.report_fault("flops", exc)
         return False
 
     def _start(self, step: int) -> None:

@@ -102,3 +102,15 @@ def test_a_calibrated_chip_s_rate_is_what_a_run_is_read_against(run_fastmon, tmp
     assert compute["measured_tflops"] == float(rate)
     assert compute["of_measured"] == pytest.approx(compute["tflops_per_s"] / float(rate), abs=1e-3)
     assert cpu in json.loads((tmp_path / "cache" / "fastmon" / "calibration.json").read_text())
+
+
+@pytest.mark.e2e
+def test_a_count_that_fails_costs_the_count_not_the_step_timing(run_fastmon, report, tmp_path):
+    script = tmp_path / "train.py"  # torch's FLOP formulas cannot be imported: the count fails at its start
+    script.write_text("import sys\nsys.modules['torch.utils.flop_counter'] = None\n" + MLP.read_text())
+    out = run_fastmon("run", "--headless", script)
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    assert summary["compute"]["flops_per_step"] is None
+    assert [f["part"] for f in summary["probe_faults"]] == ["flops"]
+    assert summary["timed_steps"] >= 15  # every step of this short run is still timed
