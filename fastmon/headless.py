@@ -8,14 +8,13 @@ import threading
 
 from fastmon.advisor import Window, recent
 from fastmon.advisor.types import SUGGESTION, gain_text
-from fastmon.phases import PHASE_LABELS, PHASES, STEP_FIELDS
+from fastmon.phases import PHASE_LABELS, PHASES
 from fastmon.report import profile_lines, si, spawned_line
-from fastmon.summary import current_rows, flops_figures
+from fastmon.summary import counted_samples, current_rows, first_count, flops_figures
 from fastmon.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
 STATUS_WINDOW = 50
-_STEP, _SAMPLES = STEP_FIELDS.index("step"), STEP_FIELDS.index("samples")
 
 
 def status_line(session) -> str:
@@ -27,7 +26,7 @@ def status_line(session) -> str:
         gpu = state.gpu[-1] if state.gpu else None
         applying = [a for a in state.advice.values() if a.get("status") == APPLYING]
         applied = list(state.applied)
-        count = next((e for e in state.events if e.get("kind") == "flops" and e.get("rank", 0) == 0), None)
+        count = first_count(state.events)
         facts = dict(state.facts)
     if not steps:
         # "0.0 steps/s" while the script imports and loads its data reads like a stall
@@ -39,8 +38,7 @@ def status_line(session) -> str:
         parts.append(shares)
     if gpu:
         parts.append("GPU " + " ".join(f"{d.get('util')}%" for d in gpu))
-    samples = next((r[_SAMPLES] or 0 for r in rows if count and r[_STEP] == count["from_step"]), 0)
-    compute = flops_figures(count, samples, window.steps_per_s, window.samples_per_s, facts)
+    compute = flops_figures(count, counted_samples(count, rows), window.steps_per_s, window.samples_per_s, facts)
     if compute["tflops_per_s"] is not None:
         parts.append(si(compute["tflops_per_s"] * 1e12, "FLOP/s")
                      + (f" MFU {compute['mfu']:.1%}" if compute["mfu"] is not None else ""))

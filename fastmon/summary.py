@@ -234,12 +234,28 @@ def _gpu(record: RunRecord, meta: dict, steady_span: tuple[float, float] | None)
     if not samples:
         return {"available": False, "note": meta.get("gpu_note") or "no GPU samples"}
     devices = gpu_figures([sample for _, _, sample in samples])
-    if steady_span is not None:
-        start, end = steady_span
-        during = gpu_figures([sample for t, _, sample in samples if start <= t <= end])
-        for device in devices:
-            device["util_in_steps"] = next((d["util_mean"] for d in during if d["index"] == device["index"]), None)
+    during = util_in_span(samples, steady_span)
+    for device in devices:
+        device["util_in_steps"] = during.get(device["index"])
     return {"available": True, "devices": devices}
+
+
+def util_in_span(samples: list[tuple[float, str, list[dict]]], span: tuple[float, float] | None) -> dict[int, float]:
+    """Each GPU's mean utilization over the samples (the record's, timed) taken within ``span``."""
+    if span is None:
+        return {}
+    during = gpu_figures([sample for t, _, sample in samples if span[0] <= t <= span[1]])
+    return {d["index"]: d["util_mean"] for d in during if d["util_mean"] is not None}
+
+
+def first_count(events) -> dict | None:
+    """The first rank's FLOP count: the probe's ``flops`` event, of ``events``."""
+    return min((e for e in events if e["kind"] == "flops"), key=lambda e: e.get("rank", 0), default=None)
+
+
+def counted_samples(count: dict | None, rows) -> int:
+    """The samples of the step ``count`` ran in, where it is among ``rows``; else 0."""
+    return next((r[_I["samples"]] or 0 for r in rows if count and r[_I["step"]] == count["from_step"]), 0)
 
 
 def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) -> dict:
@@ -256,8 +272,7 @@ def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) ->
     if verdict and verdict[0] == LAUNCH:
         compiled = bool(summary.get("compile")) or "model.OptimizedModule" in facts  # the latter: older records
         out["remedies"] = launch_remedies(compiled)
-    rank = summary["ranks"][0]["rank"] if summary["ranks"] else 0
-    count = next((e for e in events if e["kind"] == "flops" and e.get("rank", 0) == rank), None)
+    count = first_count(events)
     step = count["from_step"] if count else None
     samples = table.samples[table.position(step)] if step is not None and table.has(step) else 0
     return {**flops_figures(count, samples, summary["steps_per_s"], summary["samples_per_s"], facts), **out}

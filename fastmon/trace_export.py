@@ -37,9 +37,9 @@ _I = {name: i for i, name in enumerate(STEP_FIELDS)}
 _D = {name: i for i, name in enumerate(DEVICE_FIELDS)}
 
 
-def _first_start(record: RunRecord) -> float | None:
+def _first_start(record: RunRecord, meta: dict) -> float | None:
     (first,) = record.db.execute("SELECT MIN(t_end - wall) FROM steps").fetchone()
-    return min((t for t in (record.meta().get("started"), first) if t), default=None)
+    return min((t for t in (meta.get("started"), first) if t), default=None)
 
 
 def export(run_dirs, out: Path | None = None) -> tuple[Path, int]:
@@ -53,7 +53,8 @@ def export(run_dirs, out: Path | None = None) -> tuple[Path, int]:
     records = [RunRecord(d) for d in dirs]
     part = out.with_name(out.name + ".part")
     try:
-        t0 = min((t for t in map(_first_start, records) if t), default=0.0)
+        metas = [record.meta() for record in records]
+        t0 = min((t for t in map(_first_start, records, metas) if t), default=0.0)
 
         def us(t: float) -> int:
             # Whole µs: every viewer reads an integer back exactly, where a fraction may be
@@ -62,7 +63,6 @@ def export(run_dirs, out: Path | None = None) -> tuple[Path, int]:
             return round((t - t0) * 1e6)
 
         several = len(dirs) > 1
-        metas = [record.meta() for record in records]
         encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
         steps = 0
         with (gzip.open(part, "wt", compresslevel=6) if out.suffix == ".gz" else open(part, "w")) as file:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import time
@@ -13,8 +14,9 @@ from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
 from fastmon.phases import PHASES, STEP_FIELDS
 from fastmon.step_table import StepTable
-from fastmon.summary import (current_window, flops_figures, gpu_figures, rates, since_last_change, slowed_steps,
-                             steady_left_out, steady_span, straggler, window_summary)
+from fastmon.summary import (counted_samples, current_window, first_count, flops_figures, gpu_figures, rates,
+                             since_last_change, slowed_steps, steady_left_out, steady_span, straggler, util_in_span,
+                             window_summary)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
@@ -138,9 +140,8 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
                 hist["mem"].append(100.0 * (d.get("mem_used") or 0) / total)
     fill_progress(snap, facts, argv)
     snap.ranks, snap.straggler = rank_table(rank_rows)
-    counted = flops_count["from_step"] if flops_count else None
-    samples = next((r[_I["samples"]] or 0 for r in rows if r[_I["step"]] == counted), 0)
-    snap.compute = flops_figures(flops_count, samples, run.get("steps_per_s", 0.0), run.get("samples_per_s", 0.0), facts)
+    snap.compute = flops_figures(flops_count, counted_samples(flops_count, rows), run.get("steps_per_s", 0.0),
+                                 run.get("samples_per_s", 0.0), facts)
     on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
     snap.bound = bound(snap.recent.shares, gpu_busy, on_gpu) if snap.recent.steps else None
     return snap
@@ -150,11 +151,6 @@ def recent_busy(gpu_samples: list) -> float | None:
     """The first GPU's mean utilization over the last ``BUSY_SAMPLES`` samples."""
     busy = [d["util"] for sample in gpu_samples[-BUSY_SAMPLES:] for d in sample[:1] if d.get("util") is not None]
     return sum(busy) / len(busy) if busy else None
-
-
-def first_count(events) -> dict | None:
-    """The first rank's FLOP count (the probe's ``flops`` event)."""
-    return next((e for e in sorted(events, key=lambda e: e.get("rank", 0))), None)
 
 
 class LiveSource:
@@ -270,11 +266,11 @@ class ReplaySource:
             self._current = current_window(self.table, self.applied, self.left_out)
         return self._current
 
+    @functools.cached_property
     def _steady_busy(self) -> float | None:
-        """The report's GPU utilization during the steady run's steps."""
+        """The report's GPU utilization during the steady run's steps (its first GPU's)."""
         span = steady_span(self.record, self.ranks[0], self.table, self.left_out) if self.ranks else None
-        devices = gpu_figures([sample for t, _, sample in self.gpu if span and span[0] <= t <= span[1]])
-        return devices[0]["util_mean"] if devices else None
+        return next(iter(util_in_span(self.gpu, span).values()), None)
 
     def move(self, delta: int) -> None:
         self.position = min(max(self.position + delta, 1 if self.length else 0), self.length)
@@ -302,7 +298,7 @@ class ReplaySource:
                      dropped=self.meta.get("dropped", 0), replay=(self.position, self.length),
                      current=self._current_window() if at_end and rows else None,
                      flops_count=first_count(e for e in self.events("flops") if e["from_step"] < self.position),
-                     gpu_busy=self._steady_busy() if at_end else recent_busy(gpu))
+                     gpu_busy=self._steady_busy if at_end else recent_busy(gpu))
 
     def events(self, kind: str) -> list[dict]:
         return [e for e in self.recorded_events if e["kind"] == kind]
