@@ -16,6 +16,8 @@ from pathlib import Path
 from fastmon import __version__
 
 EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses 2)
+EXIT_NOT_COMPARABLE = 3  # the CI guard was asked to judge runs of different work
+EXIT_SLOWER = 4  # the CI guard found the new run slower beyond noise and beyond its limit
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
 EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
@@ -26,7 +28,8 @@ TORCHRUN_VALUE_OPTIONS = {
     "--log-dir", "--role", "--local-addr",
 }
 TORCHRUN_FLAGS = {"--standalone"}
-RUN_VALUE_OPTIONS = {"--apply", "--allow", "--runs-dir", "--profile-at", "--profile-steps"}
+RUN_VALUE_OPTIONS = {"--apply", "--allow", "--runs-dir", "--profile-at", "--profile-steps", "--baseline",
+                     "--fail-if-slower", "--log-to"}
 RUN_FLAGS = {"--headless", "--exit-on-finish", "--allow-batch-change", "--every-step", "-h", "--help"}
 
 
@@ -70,7 +73,8 @@ def run_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastmon run", description="Run a training script under fastmon, like `python SCRIPT ARGS`.",
         usage="fastmon run [--headless] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
-              "[--every-step] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] [torchrun options] "
+              "[--every-step] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] "
+              "[--baseline RUN [--fail-if-slower PCT]] [--log-to TRACKERS] [torchrun options] "
               "(SCRIPT | -m MODULE) [ARGS...]")
     parser.add_argument("--headless", action="store_true", help="no dashboard: output passes through, "
                         "a status line every few seconds on stderr, a summary at the end")
@@ -91,7 +95,34 @@ def run_parser() -> argparse.ArgumentParser:
                              "operators and torch's anti-pattern findings (the dashboard's t key does it now)")
     parser.add_argument("--profile-steps", type=whole_number(1), default=PROFILE_STEPS, metavar="N",
                         help=f"how many steps a torch.profiler capture covers (default {PROFILE_STEPS})")
+    parser.add_argument("--log-to", type=trackers, default=[], metavar="TRACKERS",
+                        help="send fastmon's step figures to tensorboard, wandb and/or mlflow (comma-separated): "
+                             "into the script's own runs where it has them")
+    parser.add_argument("--baseline", metavar="RUN", help="a recorded run of the same work: at the end, this run "
+                        "is compared with it (fastmon compare RUN NEW)")
+    parser.add_argument("--fail-if-slower", type=percent, metavar="PCT",
+                        help=f"with --baseline: exit {EXIT_SLOWER} when this run is slower beyond noise and by more "
+                             f"than PCT%%, {EXIT_NOT_COMPARABLE} when the two runs trained different work")
     return parser
+
+
+def trackers(text: str) -> list[str]:
+    from fastmon.loggers import parse_log_to
+
+    try:
+        return parse_log_to(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0")
+    return value
 
 
 def whole_number(least: int):
@@ -131,8 +162,19 @@ def check_target(target: list[str]) -> None:
 
 def cmd_run(argv: list[str]) -> int:
     own, torchrun, target = split_run_args(argv)
-    args = run_parser().parse_args(own)
+    parser = run_parser()
+    args = parser.parse_args(own)
+    if args.fail_if_slower is not None and not args.baseline:
+        parser.error("--fail-if-slower needs --baseline RUN")
     check_target(target)
+    if args.baseline:  # checked before the training, which could take hours
+        from fastmon.records import resolve_run
+
+        try:
+            baseline = resolve_run(args.baseline, args.runs_dir)
+        except FileNotFoundError as exc:
+            sys.stderr.write(f"fastmon: {exc}; nothing started\n")
+            return EXIT_NO_RUN
     try:  # before anything starts: a training whose record cannot be written is not run
         Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=args.runs_dir).close()
@@ -151,19 +193,30 @@ def cmd_run(argv: list[str]) -> int:
         # The dashboard draws on the terminal behind stderr: piped or in CI, there is none.
         sys.stderr.write("[fastmon] no terminal for the dashboard: running headless\n")
     apply = args.apply or ("never" if headless else "ask")
+    if args.log_to:
+        from fastmon.loggers import missing_packages
+
+        for line in missing_packages(args.log_to):  # a note, not an error: the training is what matters
+            sys.stderr.write(f"[fastmon] {line}\n")
     options = RunOptions(target=target, apply=apply,
                          allow=frozenset(filter(None, args.allow.split(","))) | (
                              {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
                          torchrun=torchrun or None, every_step=args.every_step, profile_at=args.profile_at,
-                         profile_steps=args.profile_steps)
+                         profile_steps=args.profile_steps, log_to=tuple(args.log_to))
     if headless:
-        return run_headless(options)
-    from fastmon.tui.launch import run_dashboard
+        code, run_dir = run_headless(options)
+    else:
+        from fastmon.tui.launch import run_dashboard
 
-    return run_dashboard(options, exit_on_finish=args.exit_on_finish)
+        code, run_dir = run_dashboard(options, exit_on_finish=args.exit_on_finish)
+    if not args.baseline:
+        return code
+    guard = with_runs([str(baseline), str(run_dir)], args.runs_dir,
+                      lambda run_dirs: judge_runs(run_dirs, args.fail_if_slower, as_json=False, out=sys.stderr))
+    return code or guard  # a training that failed says so first
 
 
-def run_headless(options) -> int:
+def run_headless(options) -> tuple[int, Path]:
     from fastmon.headless import StatusPrinter
     from fastmon.report import format_text
     from fastmon.session import Session
@@ -188,7 +241,7 @@ def run_headless(options) -> int:
     code = session.wait()
     printer.stop()
     sys.stderr.write("\n" + format_text(summarize(session.run_dir)) + "\n")
-    return code
+    return code, session.run_dir
 
 
 def cmd_demo(argv: list[str]) -> int:
@@ -244,6 +297,39 @@ def cmd_report(argv: list[str]) -> int:
     return with_runs(args.run, args.runs_dir, report)
 
 
+def judge_runs(run_dirs, fail_if_slower: float | None, as_json: bool, out) -> int:
+    """Compare run B (``run_dirs[1]``) with A, print it, and the guard's exit code."""
+    from fastmon.compare import compare, format_text, guard_failed
+
+    result = compare(*run_dirs)
+    out.write((json.dumps(result, indent=1) if as_json else format_text(result)) + "\n")
+    if fail_if_slower is None:
+        return 0
+    if result["workload_differs"]:
+        return EXIT_NOT_COMPARABLE
+    if guard_failed(result, fail_if_slower):
+        if not as_json:
+            out.write(f"fastmon: slower than the baseline by more than {fail_if_slower:g}% (exit {EXIT_SLOWER})\n")
+        return EXIT_SLOWER
+    return 0
+
+
+def cmd_compare(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="fastmon compare", description="Two recorded runs side by side, and whether B is faster or slower "
+                                            "than A beyond noise.")
+    parser.add_argument("a", metavar="A", help="the baseline: a run folder, or 'latest'")
+    parser.add_argument("b", metavar="B", help="the run to judge against it")
+    parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
+    parser.add_argument("--fail-if-slower", type=percent, metavar="PCT",
+                        help=f"a CI guard: exit {EXIT_SLOWER} when B is slower than A beyond noise and by more "
+                             f"than PCT%%, {EXIT_NOT_COMPARABLE} when they trained different work")
+    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
+    args = parser.parse_args(argv)
+    return with_runs([args.a, args.b], args.runs_dir,
+                     lambda run_dirs: judge_runs(run_dirs, args.fail_if_slower, args.json, sys.stdout))
+
+
 def cmd_export(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="fastmon export", description="Write a recorded run as a Chrome trace, for Perfetto or chrome://tracing.")
@@ -292,8 +378,8 @@ def cmd_doctor(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "demo": cmd_demo, "report": cmd_report, "replay": cmd_replay, "export": cmd_export,
-            "doctor": cmd_doctor}
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "report": cmd_report, "compare": cmd_compare, "replay": cmd_replay,
+            "export": cmd_export, "doctor": cmd_doctor}
 
 USAGE = """usage: fastmon COMMAND ...
 
@@ -301,6 +387,8 @@ USAGE = """usage: fastmon COMMAND ...
   run [options] -m MODULE [ARGS...]
   demo                             a starved run, and the advisor fixing it live
   report [RUN] [--json]            summarise a recorded run (default: latest)
+  compare A B [--fail-if-slower PCT]
+                                   two runs side by side: is B slower than A beyond noise?
   replay [RUN]                     open a recorded run in the dashboard
   export [RUN] [-o FILE]           write it as a trace for Perfetto or chrome://tracing
   doctor [--calibrate]             what fastmon can measure on this machine (and what its chips reach)

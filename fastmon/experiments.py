@@ -16,9 +16,8 @@ import time
 from dataclasses import dataclass, field
 
 from fastmon.phases import STEP_FIELDS
-from fastmon.verdicts import FASTER, NO_CHANGE, NOT_MEASURED, SLOWER
+from fastmon.verdicts import FASTER, NO_CHANGE, NOISE, judge, rate_error, speed_interval
 
-NOISE = 0.05  # relative throughput change treated as noise, at the least
 BLOCKS = 4  # a window's blocks, whose spread gives the interval
 BASELINE_STEPS = 20
 MEASURE_STEPS = 16
@@ -38,13 +37,7 @@ def throughput(rows) -> float:
 
 def relative_error(rows) -> float:
     """The standard error of a window's throughput, relative to it, from its blocks' rates."""
-    size = max(1, len(rows) // BLOCKS)
-    rates = [throughput(rows[i:i + size]) for i in range(0, len(rows) - size + 1, size)]
-    mean = sum(rates) / len(rates) if rates else 0.0
-    if len(rates) < 2 or mean <= 0:
-        return 0.0
-    variance = sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)
-    return (variance / len(rates)) ** 0.5 / mean
+    return rate_error([r[_WALL] for r in rows], [r[_SAMPLES] for r in rows], BLOCKS)
 
 
 def enough(rows, span: int) -> bool:
@@ -99,19 +92,12 @@ class Experiment:
         _, after, error = self.best()
         if not self.trials or not self.baseline:
             return None
-        ratio = after / self.baseline
         # Over whole epochs the blocks differ by design (one holds the epoch's start): that
         # spread is the thing measured, not noise.
-        spread = 0.0 if self.epoch else 2 * (error ** 2 + self.baseline_error ** 2) ** 0.5
-        half = max(NOISE, spread)
-        return ratio, ratio * (1 - half), ratio * (1 + half)
+        return speed_interval(after / self.baseline, () if self.epoch else (error, self.baseline_error))
 
     def verdict(self) -> str:
-        measured = self.interval()
-        if measured is None:
-            return NOT_MEASURED
-        _, low, high = measured
-        return FASTER if low > 1 else SLOWER if high < 1 else NO_CHANGE
+        return judge(self.interval())
 
     def result(self) -> dict:
         params, after, _ = self.best()

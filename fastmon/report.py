@@ -6,7 +6,7 @@ import signal
 
 from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
 from fastmon.phases import PHASES
-from fastmon.verdicts import is_recommended, result_text
+from fastmon.verdicts import is_recommended, rates_text, result_text
 
 
 def mib(n) -> str:
@@ -192,6 +192,7 @@ def format_text(s: dict) -> str:
                          + " ".join(f"{r['phases'][p]:>8.1%}" for p in PHASES))
         lines.append(f"  straggler: {'rank ' + str(s['straggler']) if s['straggler'] is not None else 'none (ranks within noise)'}")
     lines.append(f"  dropped records: {s['dropped']}")
+    lines += [f"  note: {notice}" for notice in s.get("notices") or []]
     if s.get("output_dropped_bytes"):
         lines.append(f"  output past the first 256 MiB not recorded: {mib(s['output_dropped_bytes'])} (it was "
                      "passed through)")
@@ -224,10 +225,7 @@ def format_text(s: dict) -> str:
         lines.append("")
         lines.append("  applied live:")
         for a in s["applied"]:
-            after = a.get("after_samples_per_s")
-            measured = (f"{a['before_samples_per_s']:,.1f} → {after:,.1f} samples/s"
-                        if after is not None else f"{a['before_samples_per_s']:,.1f} samples/s before")
-            lines.append(f"   • {a['id']} {a.get('params')} at step {a['step']}: {measured} — {result_text(a)}"
+            lines.append(f"   • {a['id']} {a.get('params')} at step {a['step']}: {rates_text(a)} — {result_text(a)}"
                          + (f" ({a['error']})" if a.get("error") and a.get("state") not in ("failed", "incomplete")
                             else ""))
     if s["permanent_changes"]:

@@ -99,6 +99,7 @@ class GpuSampler:
     def __init__(self) -> None:
         self.available = False
         self.note = ""
+        self.driver: str | None = None
         self.handles = []
         try:
             import pynvml

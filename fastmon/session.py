@@ -10,7 +10,9 @@ from __future__ import annotations
 import collections
 import json
 import os
+import platform
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
@@ -28,7 +31,8 @@ from fastmon.sample_count import samples_in_first
 from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.script_output import ScriptOutput
 from fastmon.step_events import StepAssembler
-from fastmon.summary import rates
+from fastmon.loggers import LOG_EVERY, TrackerLog
+from fastmon.summary import counted_samples, first_count, flops_figures, rates
 from fastmon.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.wire import SEND_EVERY
 
@@ -61,6 +65,7 @@ class RunOptions:
     every_step: bool = False  # time the phases of every step, not a sample of short ones
     profile_at: int | None = None  # capture steps from this one with torch.profiler
     profile_steps: int = PROFILE_STEPS
+    log_to: tuple[str, ...] = ()  # experiment trackers fastmon's figures go to (fastmon.loggers)
     python: str = sys.executable
 
 
@@ -133,6 +138,8 @@ class Session:
         self._stop = threading.Event()
         self._finish_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self.tracker_log: TrackerLog | None = None
+        self._tracker_lock = threading.Lock()  # its thread, and finish() for the last point
 
     @property
     def passthrough(self) -> bool:
@@ -166,7 +173,10 @@ class Session:
         meta = {"target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
                 "started": self.state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
                 "gpu_note": self.gpu.note, "script": " ".join(self.options.target),
-                "profile_at": self.options.profile_at}
+                "profile_at": self.options.profile_at,
+                # what `fastmon compare` names when two runs' environments differ
+                "fastmon": __version__, "python": platform.python_version(), "host": socket.gethostname(),
+                "gpu_driver": self.gpu.driver}
         for key, value in meta.items():
             self.recorder.meta(key, value)
         env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_SECRET=self.channel.secret,
@@ -191,12 +201,25 @@ class Session:
         self.output.start({"stdout": out_read, "stderr": err_read})
         self._spawn(self._sample_loop)
         self._spawn(self._advise_loop)
+        if self.options.log_to:
+            self.tracker_log = TrackerLog(list(self.options.log_to), self.run_dir, self._notice)
+            self._spawn(self._log_loop)
 
     def _record_error(self, message: str | None) -> None:
         """The run file cannot be written (a full disk), or can again (None)."""
         text = f"[fastmon] {message}" if message else "[fastmon] the run file can be written again: recording resumes"
         with self.lock:
             self.state.events.append({"kind": "record_error", "message": text})
+        self._say(text)
+
+    def _notice(self, message: str) -> None:
+        """A line for the user that is not the script's: recorded, and said where output passes."""
+        with self.lock:
+            self.state.events.append({"kind": "notice", "message": message})
+        self.recorder.put("events", (time.time(), 0, None, "notice", json.dumps({"message": message})))
+        self._say(f"[fastmon] {message}")
+
+    def _say(self, text: str) -> None:
         if self.passthrough:
             try:
                 sys.stderr.write(("" if self.output is None or self.output.line_ended else "\n") + text + "\n")
@@ -356,6 +379,24 @@ class Session:
             return rows
         return [r for r in rows if r[_STEP] not in left_out]
 
+    def _log_loop(self) -> None:
+        while not self._stop.wait(LOG_EVERY):
+            self._log_tick()
+
+    def _log_tick(self, final: bool = False) -> None:
+        """The steps since the last point, and what tells the trackers where to write."""
+        with self._tracker_lock:
+            log = self.tracker_log
+            left_out = self.left_out_steps()
+            rows = [r for r in self.measured_rows() if r[_STEP] > log.last_step and r[_STEP] not in left_out]
+            with self.lock:
+                gpus = self.state.gpu[-1] if self.state.gpu else None
+                count, facts = first_count(self.state.events), dict(self.state.facts)
+            window = Window.from_rows(rows)
+            compute = flops_figures(count, counted_samples(count, rows), window.steps_per_s, window.samples_per_s,
+                                    facts) if rows else {}
+            log.tick(rows, gpus, compute, facts.get("trackers") or {}, final)
+
     def _advise_loop(self) -> None:
         while not self._stop.wait(ADVISE_EVERY):
             try:
@@ -493,6 +534,12 @@ class Session:
             self.advise_once()
         except Exception:
             pass
+        if self.tracker_log is not None:
+            try:
+                self._log_tick(final=True)
+            except Exception as exc:  # the record's end comes first
+                self._notice(f"--log-to: the last point was not sent: {type(exc).__name__}: {exc}")
+            self.tracker_log.close()
         self.experiments.end_of_run()
         with self.lock:
             self.state.exit_code = exit_status(code)

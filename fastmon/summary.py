@@ -195,6 +195,7 @@ def summarize(run_dir) -> dict:
         summary["probe_faults"] = [e for e in events if e["kind"] == "probe_fault"]
         summary["profiles"] = [e for e in events if e["kind"] == "profile"]
         summary["spawned_training"] = [e for e in events if e["kind"] == "spawned_training"]
+        summary["notices"] = [e["message"] for e in events if e["kind"] == "notice"]  # e.g. where --log-to wrote
         summary["profile_at"] = meta.get("profile_at")  # asked for with --profile-at
         summary["wall_s"] = round((meta.get("ended") or 0) - (meta.get("started") or 0), 3) if meta.get("ended") else None
         return summary

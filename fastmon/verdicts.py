@@ -1,17 +1,49 @@
-"""What a hot-apply experiment found, as the screens, the report and the trace word it,
-and what it makes of the advice it tested. Imports nothing of fastmon's.
+"""How a change of speed is judged — a change applied live, or one run against another —
+and how the screens, the report and the trace word it. Imports nothing of fastmon's.
 
 An advice's ``status`` is one of the STATUS values; its ``result`` is the experiment's.
 """
 
 from __future__ import annotations
 
-# An experiment's verdict, from its interval (fastmon.experiments).
+# A verdict on a change of speed, from its interval: a change fastmon applied live
+# (fastmon.experiments) and a change between two runs (fastmon.compare) are judged alike.
 FASTER, SLOWER, NO_CHANGE, NOT_MEASURED = "faster", "slower", "no measurable change", "not measured"
+NOISE = 0.05  # a relative change of speed treated as noise, at the least
 OPEN, APPLYING, KEPT, APPLIED, TRIED, DISMISSED = STATUSES = ("open", "applying", "kept", "applied", "tried",
                                                                 "dismissed")
 # kept: measured faster, or no measurable change and harmless; applied: in effect, the run
 # ended before it was measured; tried: reverted or failed, its figure kept as the record.
+
+
+def rate_error(walls: list[float], samples: list[int], blocks: int) -> float:
+    """The standard error of samples/s over consecutive steps, relative to it, from the
+    rates of ``blocks`` runs of steps: slow steps come in bursts (workers, checkpoints), so
+    the spread of blocks, not of single steps, is the noise."""
+    size = max(1, len(walls) // blocks)
+    rates = []
+    for i in range(0, len(walls) - size + 1, size):
+        wall = sum(walls[i:i + size])
+        rates.append(sum(samples[i:i + size]) / wall if wall > 0 else 0.0)
+    mean = sum(rates) / len(rates) if rates else 0.0
+    if len(rates) < 2 or mean <= 0:
+        return 0.0
+    variance = sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)
+    return (variance / len(rates)) ** 0.5 / mean
+
+
+def speed_interval(ratio: float, errors: tuple[float, ...]) -> tuple[float, float, float]:
+    """A ratio of two speeds and its ~95% interval from their relative errors, never
+    narrower than NOISE either way."""
+    half = max(NOISE, 2 * sum(e * e for e in errors) ** 0.5)
+    return ratio, ratio * max(0.0, 1 - half), ratio * (1 + half)
+
+
+def judge(interval: tuple[float, float, float] | None) -> str:
+    if interval is None:
+        return NOT_MEASURED
+    _, low, high = interval
+    return FASTER if low > 1 else SLOWER if high < 1 else NO_CHANGE
 
 
 def advice_status(result: dict) -> str:
@@ -35,6 +67,12 @@ def change_text(result: dict) -> str:
         return text + (f" [{interval[0]:.1f}x, {interval[1]:.1f}x]" if interval else "")
     text = f"{(speedup - 1) * 100:+.0f}% samples/s"
     return text + (f" [{(interval[0] - 1) * 100:+.0f}%, {(interval[1] - 1) * 100:+.0f}%]" if interval else "")
+
+
+def rates_text(result: dict) -> str:
+    """"1,234.5 → 2,345.6 samples/s": a change's before and after, live or between two runs."""
+    before, after = result.get("before_samples_per_s") or 0.0, result.get("after_samples_per_s")
+    return f"{before:,.1f} → {after:,.1f} samples/s" if after is not None else f"{before:,.1f} samples/s before"
 
 
 def result_text(result: dict) -> str:

@@ -4,6 +4,8 @@ the advisor's rules need. Each is sent once and again whenever it changes."""
 from __future__ import annotations
 
 import os
+import sys
+import threading
 
 import torch
 
@@ -90,7 +92,7 @@ def describe_optimizer(optimizer: torch.optim.Optimizer) -> dict:
 
 
 def describe_loader(loader) -> dict:
-    from torch.utils.data import IterableDataset
+    from torch.utils.data import IterableDataset, default_collate, default_convert
 
     try:
         length = len(loader.dataset)
@@ -108,6 +110,8 @@ def describe_loader(loader) -> dict:
         "dataset_len": length,
         "dataset": type(loader.dataset).__name__,
         "iterable": isinstance(loader.dataset, IterableDataset),
+        # a collate_fn of the script's own may do the slow work an in-memory dataset does not
+        "default_collate": loader.collate_fn in (default_collate, default_convert),
         "len": _safe_len(loader),
     }
 
@@ -152,6 +156,45 @@ def settings() -> dict:
         "profiler_on": bool(autograd_profiler._is_profiler_enabled),
         "grad_enabled": torch.is_grad_enabled(),
     }
+
+
+def experiment_trackers() -> dict:
+    """Where the script logs: its TensorBoard folders, its W&B and MLflow runs, read from
+    what it imported (never imported here), for ``--log-to``: fastmon's figures go beside."""
+    out = {}
+    folders = tensorboard_folders()
+    if folders:
+        out["tensorboard"] = folders
+    run = getattr(sys.modules.get("wandb"), "run", None)
+    if run is not None:
+        try:
+            out["wandb"] = {"id": run.id, "project": run.project, "entity": run.entity, "group": run.group,
+                            "name": run.name, "root_dir": run.settings.root_dir, "offline": bool(run.offline)}
+        except Exception:  # a run finished or torn down while we read it
+            pass
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is not None and hasattr(mlflow, "active_run"):
+        try:
+            active = mlflow.active_run()
+            if active is not None:
+                out["mlflow"] = {"run_id": active.info.run_id, "tracking_uri": mlflow.get_tracking_uri()}
+        except Exception:
+            pass
+    return out
+
+
+def tensorboard_folders() -> list[str]:
+    """The folders of the script's open TensorBoard event files. A writer opens its file
+    anew for each write, so no file stays open to be seen; each writer has a thread that
+    holds the file's name."""
+    out = []
+    for thread in threading.enumerate():
+        name = getattr(getattr(getattr(thread, "_record_writer", None), "_writer", None), "filename", None)
+        if isinstance(name, bytes):
+            name = os.fsdecode(name)
+        if isinstance(name, str) and "tfevents" in name:
+            out.append(os.path.dirname(os.path.abspath(name)))
+    return sorted(set(out))
 
 
 def environment() -> dict:

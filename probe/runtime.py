@@ -335,6 +335,7 @@ class Probe:
             if self.profile.active is not None:
                 settings["profiler_on"] = False  # fastmon's own capture, a few steps long, asked for
             self.fact("settings", settings)
+            self.fact("trackers", facts.experiment_trackers())
             self._watch_collectives()
             if not forward.discovering:
                 forward.check_call_slots()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from fastmon.tui.app import FastmonApp
 from fastmon.tui.snapshot import LiveSource, ReplaySource
 
 
-def run_dashboard(options, exit_on_finish: bool = False) -> int:
+def run_dashboard(options, exit_on_finish: bool = False) -> tuple[int, Path]:
     from fastmon.headless import StatusPrinter
     from fastmon.session import Session
 
@@ -24,13 +25,13 @@ def run_dashboard(options, exit_on_finish: bool = False) -> int:
         printer.start()
         code = session.wait()
         printer.stop()
-        return code
+        return code, session.run_dir
     code = session.wait()  # at once if the dashboard's worker already saw the end
     from fastmon.report import format_text
     from fastmon.summary import summarize
 
     sys.stderr.write(format_text(summarize(session.run_dir)) + "\n")
-    return code
+    return code, session.run_dir
 
 
 def run_replay(run_dir) -> int:

@@ -8,8 +8,8 @@ Not while the workers restart at every epoch with a visible stall
 (``dataloader.persistent_workers``): that stall is data_wait too, which more workers
 lengthen rather than hide; once the workers persist, the steady wait decides, without
 their one start-up.
-Not where a worker cannot help: an in-memory dataset (indexing tensors costs less than
-taking a batch from a worker), or a wait too short to pay a worker's handover of ~1 ms a
+Not where a worker cannot help: an in-memory dataset collated by torch's default
+(indexing tensors costs less than taking a batch from a worker), or a wait too short to pay a worker's handover of ~1 ms a
 batch (``benchmarks/results/worker_handover.md``); the estimate counts that handover.
 How to fix: more workers. fastmon searches the count live (doubling, measuring each,
 keeping the best) because loading is often I/O- or sleep-bound and scales past the
@@ -68,7 +68,8 @@ def check(window, facts):
     startup = startup_in_window(window, loader)
     total = sum(window.phase_totals.values()) - startup
     share = (window.phase_totals["data_wait"] - startup) / total if total > 0 else 0.0
-    if share < MIN_DATA_WAIT_SHARE or loader.get("dataset") in IN_MEMORY_DATASETS:
+    in_memory = loader.get("dataset") in IN_MEMORY_DATASETS and loader.get("default_collate", True)
+    if share < MIN_DATA_WAIT_SHARE or in_memory:
         return None
     current = loader.get("num_workers", 0)
     candidates = worker_candidates(current, facts.host_cpu_count)

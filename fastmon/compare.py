@@ -1,0 +1,220 @@
+"""``fastmon compare``: two recorded runs side by side, whether the second is faster,
+slower or no different beyond noise (by the rule that judges a live change,
+``fastmon.verdicts``), what explains it, and the CI guard's exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastmon.phases import PHASES
+from fastmon.records import RunRecord
+from fastmon.report import mib
+from fastmon.step_table import StepTable
+from fastmon.summary import slowed_steps, steady_left_out, summarize
+from fastmon.verdicts import NO_CHANGE, SLOWER, change_text, is_recommended, judge, rate_error, rates_text, \
+    result_text, speed_interval
+
+BLOCKS = 10  # a run's steady steps in this many blocks: their spread is its noise
+WORKLOAD = ("script", "arguments", "batch", "world_size")
+ENVIRONMENT = ("torch", "python", "fastmon", "gpus", "gpu_driver", "cpus", "host")
+
+
+def steady_speeds(record: RunRecord, since: int | None) -> dict[int, dict]:
+    """Each rank's steady samples/s, its relative error and its usual batch, without the
+    start-up steps the report leaves out, and from step ``since`` on where it is given."""
+    slowed = slowed_steps(record.events())
+    out = {}
+    for rank in record.ranks():
+        table = StepTable.read(record, rank)
+        left_out = {table.position(s) for s in steady_left_out(table, slowed.get(rank, {}))}
+        if len(left_out) >= len(table):  # a run of start-up alone: all of it
+            left_out = set()
+        first = table.position(since) if since is not None else 0
+        keep = [p for p in range(first, len(table)) if p not in left_out]
+        walls = [table.walls[p] for p in keep]
+        samples = [table.samples[p] for p in keep] if table.samples.positions else [table.samples.usual] * len(keep)
+        wall = sum(walls)
+        out[rank] = {"steps": len(walls), "batch": table.samples.usual,
+                     "samples_per_s": sum(samples) / wall if wall > 0 else 0.0,
+                     "error": rate_error(walls, samples, BLOCKS)}
+    return out
+
+
+def workload(meta: dict, speeds: dict[int, dict]) -> dict:
+    """What a run trained: a change here makes two runs different work, not faster or
+    slower work. The script is named without its folder: a baseline recorded in another
+    checkout is the same script."""
+    target = meta.get("target") or []
+    if target[:1] == ["-m"]:
+        script, arguments = " ".join(target[:2]), target[2:]
+    else:
+        script, arguments = (Path(target[0]).name if target else ""), target[1:]
+    first = speeds[min(speeds)] if speeds else {}
+    return {"script": script, "arguments": " ".join(arguments), "batch": first.get("batch"),
+            "world_size": len(speeds)}
+
+
+def environment(meta: dict, facts: dict) -> dict:
+    env = facts.get("environment") or {}
+    gpus = [d.get("name") for d in env.get("devices") or []]
+    return {"torch": env.get("torch"), "python": meta.get("python"), "fastmon": meta.get("fastmon"),
+            "gpus": ", ".join(gpus) if gpus else "none", "gpu_driver": meta.get("gpu_driver"),
+            "cpus": env.get("cpu_count"), "host": meta.get("host")}
+
+
+def side(run_dir) -> dict:
+    """One run's figures, as compared."""
+    summary = summarize(run_dir)
+    # A run that fastmon changed live is compared as it ran after the change, as the next
+    # run will, once the change is made permanent.
+    figures = summary["changes"]["after"] if summary["changes"] else summary
+    since = figures.get("from_step")
+    record = RunRecord(run_dir)
+    try:
+        meta, facts, speeds = record.meta(), record.facts(), steady_speeds(record, since)
+    finally:
+        record.close()
+    mean_ms = 1e3 / figures["steps_per_s"] if figures["steps_per_s"] else 0.0
+    compute = summary.get("compute") or {}
+    # Busy during the steady steps: the mean over the process's life counts its start-up too.
+    utils = [d["util_in_steps"] for d in (summary["gpu"].get("devices") or []) if d.get("util_in_steps") is not None]
+    return {
+        "run": str(run_dir), "workload": workload(meta, speeds), "environment": environment(meta, facts),
+        "steps": summary["steps"], "steady_steps": speeds[min(speeds)]["steps"] if speeds else 0, "since_step": since,
+        "samples_per_s": figures["samples_per_s"], "step_ms_mean": round(mean_ms, 4),
+        "step_ms": figures["step_ms"],
+        "phase_ms": {p: round(figures["phases"][p] * mean_ms, 4) for p in PHASES},
+        "phases": figures["phases"],
+        "trainer_rss_peak": summary["memory"]["trainer_rss_peak"],
+        "torch_peak_allocated": summary["memory"]["torch_peak_allocated"],
+        "gpu_util_in_steps": round(sum(utils) / len(utils), 1) if utils else None,
+        "mfu": compute.get("mfu"), "tflops_per_s": compute.get("tflops_per_s"), "bound": compute.get("bound"),
+        "advice": [a["id"] for a in summary["advice"] if is_recommended(a)],
+        "applied": summary["applied"],
+        "ranks": speeds, "exit_code": summary["exit_code"],
+    }
+
+
+def differences(a: dict, b: dict, keys) -> list[dict]:
+    """The keys whose values differ where both runs know them."""
+    return [{"what": k, "a": a.get(k), "b": b.get(k)} for k in keys
+            if a.get(k) is not None and b.get(k) is not None and a.get(k) != b.get(k)]
+
+
+def judged(a: dict, b: dict) -> dict:
+    """B's speed against A's: the ratio, its interval and the verdict, under the names a
+    change applied live has (``Experiment.result``)."""
+    rates = {"before_samples_per_s": round(a["samples_per_s"], 3), "after_samples_per_s": round(b["samples_per_s"], 3)}
+    if not a["samples_per_s"] or not b["samples_per_s"]:
+        return {**rates, "speedup": None, "speedup_interval": None, "verdict": judge(None)}
+    interval = speed_interval(b["samples_per_s"] / a["samples_per_s"], (a["error"], b["error"]))
+    return {**rates, "speedup": round(interval[0], 4),
+            "speedup_interval": [round(interval[1], 4), round(interval[2], 4)], "verdict": judge(interval)}
+
+
+def explained_by(a: dict, b: dict) -> dict | None:
+    """The phase whose time a step changed most, in the direction the step time moved."""
+    change = b["step_ms_mean"] - a["step_ms_mean"]
+    if not change:
+        return None
+    phase = max(PHASES, key=lambda p: (b["phase_ms"][p] - a["phase_ms"][p]) * (1 if change > 0 else -1))
+    moved = b["phase_ms"][phase] - a["phase_ms"][phase]
+    if moved * change <= 0:
+        return None
+    return {"phase": phase, "ms_per_step": round(moved, 4), "share_of_change": round(moved / change, 3),
+            "a_share": a["phases"][phase], "b_share": b["phases"][phase]}
+
+
+def compare(run_a, run_b) -> dict:
+    a, b = side(run_a), side(run_b)
+    speeds_a, speeds_b = a["ranks"], b["ranks"]
+    nothing = {"samples_per_s": 0}
+    primary = judged(speeds_a[min(speeds_a)] if speeds_a else nothing, speeds_b[min(speeds_b)] if speeds_b else nothing)
+    ranks = [{"rank": r, **judged(speeds_a[r], speeds_b[r])} for r in sorted(set(speeds_a) & set(speeds_b))] if len(speeds_a) > 1 else []
+    return {"a": a, "b": b, **primary,
+            "step_time_ratio": round(1 / primary["speedup"], 4) if primary["speedup"] else None,
+            "explained_by": explained_by(a, b) if primary["verdict"] != NO_CHANGE else None,
+            "workload_differs": differences(a["workload"], b["workload"], WORKLOAD),
+            "environment_differs": differences(a["environment"], b["environment"], ENVIRONMENT),
+            "ranks": ranks}
+
+
+def slowdown_pct(result: dict) -> float | None:
+    """How much longer B's step takes than A's, in percent."""
+    ratio = result.get("step_time_ratio")
+    return None if ratio is None else (ratio - 1) * 100
+
+
+def guard_failed(result: dict, pct: float) -> bool:
+    """Slower beyond noise (the interval lies below 1) and by more than ``pct`` percent."""
+    slower = slowdown_pct(result)
+    return result["verdict"] == SLOWER and slower is not None and slower > pct
+
+
+def difference_text(d: dict) -> str:
+    """``arguments '--compile=False' vs '--compile=True'``: of a command line, the words that differ."""
+    a, b = d["a"], d["b"]
+    if d["what"] == "arguments":
+        words_a, words_b = a.split(), b.split()
+        a = " ".join(w for w in words_a if w not in words_b) or "(none)"
+        b = " ".join(w for w in words_b if w not in words_a) or "(none)"
+    return f"{d['what'].replace('_', ' ')} {a!r} vs {b!r}"
+
+
+def verdict_line(result: dict) -> str:
+    if result["workload_differs"]:
+        return "not judged: the runs trained different work (" + "; ".join(
+            map(difference_text, result["workload_differs"])) + ")"
+    if result["speedup"] is None:
+        return "not judged: a run has no steady steps"
+    line = f"{rates_text(result)} — {result['verdict']}: {change_text(result)}, step time ×{result['step_time_ratio']:.2f}"
+    why = result.get("explained_by")
+    if why:
+        line += (f" — {why['phase']} {why['ms_per_step']:+.2f} ms a step ({why['a_share']:.0%} → "
+                 f"{why['b_share']:.0%} of the step)")
+    return line
+
+
+def format_text(result: dict) -> str:
+    a, b = result["a"], result["b"]
+    work = a["workload"]
+    lines = [f"fastmon compare — {work['script']} {work['arguments']}".rstrip(),
+             f"  A {a['run']}", f"  B {b['run']}", "",
+             f"  {'':<18} {'A':>14} {'B':>14}"]
+
+    def row(label: str, x: str, y: str) -> None:
+        lines.append(f"  {label:<18} {x:>14} {y:>14}")
+
+    row("steps compared", f"{a['steady_steps']:,}", f"{b['steady_steps']:,}")
+    row("samples/s", f"{a['samples_per_s']:,.1f}", f"{b['samples_per_s']:,.1f}")
+    row("step ms mean", f"{a['step_ms_mean']:.2f}", f"{b['step_ms_mean']:.2f}")
+    row("step ms median", f"{a['step_ms']['median']:.2f}", f"{b['step_ms']['median']:.2f}")
+    row("step ms p90", f"{a['step_ms']['p90']:.2f}", f"{b['step_ms']['p90']:.2f}")
+    for phase in PHASES:
+        if a["phases"][phase] >= 0.005 or b["phases"][phase] >= 0.005:
+            row(f"{phase} ms", f"{a['phase_ms'][phase]:.2f} {a['phases'][phase]:>4.0%}",
+                f"{b['phase_ms'][phase]:.2f} {b['phases'][phase]:>4.0%}")
+    row("trainer RSS peak", mib(a["trainer_rss_peak"]), mib(b["trainer_rss_peak"]))
+    if a["torch_peak_allocated"] or b["torch_peak_allocated"]:
+        row("CUDA allocated peak", mib(a["torch_peak_allocated"]), mib(b["torch_peak_allocated"]))
+    if a["gpu_util_in_steps"] is not None or b["gpu_util_in_steps"] is not None:
+        row("GPU busy in steps", *(f"{s['gpu_util_in_steps']:.0f}%" if s["gpu_util_in_steps"] is not None else "n/a"
+                                   for s in (a, b)))
+    if a["mfu"] is not None or b["mfu"] is not None:
+        row("MFU", *(f"{s['mfu']:.1%}" if s["mfu"] is not None else "n/a" for s in (a, b)))
+    if a["bound"] or b["bound"]:
+        row("bound", a["bound"] or "-", b["bound"] or "-")
+    lines += ["", f"  verdict: {verdict_line(result)}"]
+    for r in result["ranks"]:
+        lines.append(f"    rank {r['rank']}: {rates_text(r)} — {r['verdict']}: {change_text(r)}")
+    for d in result["environment_differs"]:
+        lines.append(f"  environment: {d['what']} {d['a']} → {d['b']}")
+    for name, s in (("A", a), ("B", b)):
+        if s["advice"]:
+            lines.append(f"  advice for {name}: {', '.join(s['advice'])}")
+        for change in s["applied"]:
+            lines.append(f"  applied live in {name}: {change['id']} {change.get('params')} at step {change['step']}: "
+                         f"{rates_text(change)} — {result_text(change)}")
+        if s["since_step"] is not None:
+            lines.append(f"  {name} is compared from step {s['since_step']} on, as it ran after fastmon's last change")
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""`fastmon compare` and the CI guard: on runs recorded on an H200 and on real runs made here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+
+import pytest
+
+from conftest import EXAMPLES, ROOT, clean_env, fastmon_cmd, run_dirs
+from fastmon.cli import EXIT_NO_RUN, EXIT_NOT_COMPARABLE, EXIT_SLOWER, EXIT_USAGE
+
+DATA = ROOT / "tests" / "data"
+# A regression as it happens: the same command, the code changed to collate each batch slowly.
+SLOW_COLLATE = ("loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True,",
+                "loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True,\n"
+                "                        collate_fn=lambda batch: (time.sleep(0.01), "
+                "torch.utils.data.default_collate(batch))[1],")
+
+
+def compare(*args, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(fastmon_cmd("compare", *args), cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env=clean_env())
+
+
+def test_two_eager_nanogpt_runs_on_the_h200_are_no_measurable_change(tmp_path):
+    out = compare(DATA / "h200-nanogpt-eager-1", DATA / "h200-nanogpt-eager-2", "--fail-if-slower", "5")
+    assert out.returncode == 0, out.stderr
+    assert "samples/s — no measurable change: " in out.stdout
+    assert "GPU busy in steps" in out.stdout and "launch-bound" in out.stdout
+    result = json.loads(compare(DATA / "h200-nanogpt-eager-1", DATA / "h200-nanogpt-eager-2", "--json").stdout)
+    low, high = result["speedup_interval"]
+    assert low < 1 < high and result["verdict"] == "no measurable change"
+    assert result["workload_differs"] == [] and result["environment_differs"] == []
+
+
+def test_runs_of_different_work_are_not_judged_and_the_guard_says_so():
+    out = compare(DATA / "h200-nanogpt-eager-1", DATA / "h200-nanogpt-compiled", "--fail-if-slower", "5")
+    assert out.returncode == EXIT_NOT_COMPARABLE
+    assert "not judged: the runs trained different work (arguments '--compile=False' vs '--compile=True')" \
+        in out.stdout
+    # without the guard it is a side-by-side, not a failure
+    assert compare(DATA / "h200-nanogpt-eager-1", DATA / "h200-nanogpt-compiled").returncode == 0
+    other = compare(DATA / "h200-nanogpt-eager-1", DATA / "h200-hf-trainer-gpt2", "--fail-if-slower", "5")
+    assert other.returncode == EXIT_NOT_COMPARABLE
+    assert "script 'train.py' vs 'hf_tiny.py'" in other.stdout and "batch 64 vs 32" in other.stdout
+
+
+def test_an_environment_that_differs_is_named(tmp_path):
+    newer = tmp_path / "newer"
+    shutil.copytree(DATA / "h200-nanogpt-eager-2", newer)
+    with sqlite3.connect(newer / "run.sqlite") as db:  # as if recorded after a torch upgrade
+        (value,) = db.execute("SELECT value FROM facts WHERE key = 'environment'").fetchone()
+        db.execute("UPDATE facts SET value = ? WHERE key = 'environment'",
+                   (value.replace("2.11.0+cu130", "2.13.0+cu130"),))
+    out = compare(DATA / "h200-nanogpt-eager-1", newer)
+    assert "environment: torch 2.11.0+cu130 → 2.13.0+cu130" in out.stdout
+
+
+def test_bad_input_gets_its_own_exit_code(tmp_path, run_fastmon):
+    assert compare(DATA / "h200-nanogpt-eager-1", tmp_path / "nowhere").returncode == EXIT_NO_RUN
+    out = run_fastmon("run", "--fail-if-slower", "5", EXAMPLES / "healthy.py")
+    assert out.returncode == EXIT_USAGE and "--fail-if-slower needs --baseline RUN" in out.stderr
+    out = run_fastmon("run", "--baseline", tmp_path / "nowhere", EXAMPLES / "healthy.py")
+    assert out.returncode == EXIT_NO_RUN and "nothing started" in out.stderr
+    assert run_dirs(tmp_path) == []
+    out = run_fastmon("compare", "a", "b", "--fail-if-slower", "fast")
+    assert out.returncode == EXIT_USAGE and "'fast' is not a percentage" in out.stderr
+
+
+@pytest.mark.e2e
+def test_a_slower_dataset_is_a_regression_explained_by_data_wait(tmp_path, run_fastmon):
+    script = tmp_path / "train.py"
+    script.write_text((EXAMPLES / "healthy.py").read_text().replace("import argparse\n", "import argparse\nimport time\n"))
+    for _ in range(2):
+        out = run_fastmon("run", "--headless", script, "--epochs", "4")
+        assert out.returncode == 0, out.stderr
+    first, second = run_dirs(tmp_path)
+    same = compare(first, second, "--fail-if-slower", "10", cwd=tmp_path)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "samples/s — no measurable change: " in same.stdout
+    assert same.stdout.startswith("fastmon compare — train.py --epochs 4\n")
+
+    slowed = script.read_text().replace(*SLOW_COLLATE)
+    assert slowed != script.read_text()
+    script.write_text(slowed)
+    # The guard in the same command as the run: the training's report, then the comparison.
+    guarded = run_fastmon("run", "--headless", "--baseline", first, "--fail-if-slower", "10", script, "--epochs", "4")
+    assert guarded.returncode == EXIT_SLOWER, guarded.stderr
+    assert "samples/s — slower: " in guarded.stderr and "— data_wait +" in guarded.stderr
+    assert "slower than the baseline by more than 10% (exit 4)" in guarded.stderr
+    third = run_dirs(tmp_path)[-1]
+    result = json.loads(compare(first, third, "--json", cwd=tmp_path).stdout)
+    assert result["verdict"] == "slower" and result["speedup_interval"][1] < 1
+    assert result["explained_by"]["phase"] == "data_wait"
+    # The slow collate_fn of an in-memory dataset is what more workers fix: it is advised.
+    assert "dataloader.num_workers" in result["b"]["advice"]
+    assert compare(first, third, "--fail-if-slower", "10", cwd=tmp_path).returncode == EXIT_SLOWER
+    # a limit beyond the slowdown passes
+    assert compare(first, third, "--fail-if-slower", "500", cwd=tmp_path).returncode == 0
