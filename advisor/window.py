@@ -15,9 +15,8 @@ import itertools
 import operator
 from dataclasses import dataclass, field
 
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.phases import COLUMN, PHASES
 
-_I = {name: i for i, name in enumerate(STEP_FIELDS)}
 # Where a DDP rank waits for the slowest one: gradient all-reduce (inside backward), syncs, collectives.
 WAIT_PHASES = ("backward", "sync", "comm")
 MIN_TIMED_ROWS = 20  # a recent window reaches back until it holds this many timed steps
@@ -95,10 +94,10 @@ def recent(rows, steps: int) -> list:
     timed ones (the probe times a sample of short steps) or the rows run out."""
     rows = list(rows)
     start = max(0, len(rows) - steps)
-    timed = sum(1 for r in rows[start:] if r[_I["timed"]])
+    timed = sum(1 for r in rows[start:] if r[COLUMN["timed"]])
     while start > 0 and timed < MIN_TIMED_ROWS:
         start -= 1
-        timed += bool(rows[start][_I["timed"]])
+        timed += bool(rows[start][COLUMN["timed"]])
     return rows[start:]
 
 
@@ -130,9 +129,9 @@ class Window:
     @classmethod
     def from_rows(cls, rows) -> "Window":
         rows = list(rows)
-        return cls.from_columns([r[_I["wall"]] for r in rows], sum(r[_I["samples"]] or 0 for r in rows),
-                                {i: r for i, r in enumerate(rows) if r[_I["timed"]]},
-                                rows[0][_I["step"]] if rows else 0, rows[-1][_I["step"]] if rows else 0)
+        return cls.from_columns([r[COLUMN["wall"]] for r in rows], sum(r[COLUMN["samples"]] or 0 for r in rows),
+                                {i: r for i, r in enumerate(rows) if r[COLUMN["timed"]]},
+                                rows[0][COLUMN["step"]] if rows else 0, rows[-1][COLUMN["step"]] if rows else 0)
 
     @classmethod
     def from_columns(cls, walls: list[float], samples: int, timed: dict[int, tuple], first_step: int,
@@ -155,18 +154,19 @@ class Window:
             return w
         order = sorted(timed)
         rows = [timed[i] for i in order]
-        col = lambda name: [r[_I[name]] or 0 for r in rows]  # noqa: E731
+        col = lambda name: [r[COLUMN[name]] or 0 for r in rows]  # noqa: E731
         stands_for = segments(walls, order)
-        training = [i for i in order if not timed[i][_I["eval_forwards"]]] or order
+        training = [i for i in order if not timed[i][COLUMN["eval_forwards"]]] or order
         # totals in seconds of the window's training time: the evaluating steps' own time left out
         covered = sum(stands_for[i][0] for i in training)
-        evaluating = sum(timed[i][_I["wall"]] for i in set(order) - set(training))
+        evaluating = sum(timed[i][COLUMN["wall"]] for i in set(order) - set(training))
         scale = (w.wall - evaluating) / covered if covered > 0 else 0.0
         for phase in PHASES:
             # the step's split of its time, over the time of the steps it stands for
-            w.phase_totals[phase] = scale * sum((timed[i][_I[phase]] or 0) / timed[i][_I["wall"]] * stands_for[i][0]
-                                                for i in training if timed[i][_I["wall"]] > 0)
-            weighted = [(timed[i][_I[phase]] or 0, stands_for[i][1]) for i in training]
+            column, wall = COLUMN[phase], COLUMN["wall"]
+            w.phase_totals[phase] = scale * sum((timed[i][column] or 0) / timed[i][wall] * stands_for[i][0]
+                                                for i in training if timed[i][wall] > 0)
+            weighted = [(timed[i][COLUMN[phase]] or 0, stands_for[i][1]) for i in training]
             w.phase_median[phase] = weighted_quantile(weighted, 0.5)
             w.phase_p90[phase] = weighted_quantile(weighted, 0.9)
         w.sync_calls = sum(col("sync_calls"))
@@ -176,11 +176,11 @@ class Window:
         w.eval_grad_forwards = sum(col("eval_grad_forwards"))
         allocs = col("mem_alloc")
         w.mem_alloc_first, w.mem_alloc_last = allocs[0], allocs[-1]
-        w.mem_steps = rows[-1][_I["step"]] - rows[0][_I["step"]]
+        w.mem_steps = rows[-1][COLUMN["step"]] - rows[0][COLUMN["step"]]
         w.mem_peak = max(col("mem_peak"))
         w.micro_batches = sum(col("micro_batches"))
-        waits = [_I[p] for p in WAIT_PHASES if p in _I]
-        w.own_work_median = weighted_quantile([(timed[i][_I["wall"]] - sum(timed[i][k] or 0 for k in waits),
+        waits = [COLUMN[p] for p in WAIT_PHASES if p in COLUMN]
+        w.own_work_median = weighted_quantile([(timed[i][COLUMN["wall"]] - sum(timed[i][k] or 0 for k in waits),
                                                 stands_for[i][1]) for i in order], 0.5)
         return w
 

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 from fastmon import __version__
+from fastmon.records import DEFAULT_RUNS_DIR
 
 EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses 2)
 EXIT_NOT_COMPARABLE = 3  # the CI guard was asked to judge runs of different work
@@ -22,23 +23,30 @@ EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
 EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
 
-TORCHRUN_VALUE_OPTIONS = {
-    "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",
-    "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--max-restarts", "--monitor-interval", "--start-method",
-    "--log-dir", "--role", "--local-addr",
-}
-TORCHRUN_FLAGS = {"--standalone"}
-RUN_VALUE_OPTIONS = {"--apply", "--allow", "--runs-dir", "--profile-at", "--profile-steps", "--baseline",
-                     "--fail-if-slower", "--log-to"}
-RUN_FLAGS = {"--headless", "--exit-on-finish", "--allow-batch-change", "--every-step", "-h", "--help"}
+# torchrun's options that say how to start the script: fastmon starts it, through its probe
+TORCHRUN_REFUSED = {"-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path", "-h", "--help"}
 
 
 class UsageError(Exception):
     pass
 
 
+def option_values(parser: argparse.ArgumentParser) -> dict[str, bool]:
+    """Each option of ``parser`` and whether it takes a value."""
+    return {name: action.nargs != 0 for action in parser._actions for name in action.option_strings}
+
+
+def torchrun_options() -> dict[str, bool]:
+    """Every option of the installed torchrun, from its own parser (torch is imported only
+    when an option is not fastmon's)."""
+    from torch.distributed.run import get_args_parser
+
+    return {name: takes for name, takes in option_values(get_args_parser()).items() if name not in TORCHRUN_REFUSED}
+
+
 def split_run_args(argv: list[str]):
     """fastmon's and torchrun's options come first; then SCRIPT or -m MODULE; the rest is the script's."""
+    own_options, torchrun_known = option_values(run_parser()), None
     own, torchrun, i = [], [], 0
     while i < len(argv):
         arg = argv[i]
@@ -51,14 +59,17 @@ def split_run_args(argv: list[str]):
         name, equals, value = arg.partition("=")
         if name.startswith("--"):
             name = name.replace("_", "-")  # torchrun accepts --nproc_per_node too
-        if name in TORCHRUN_VALUE_OPTIONS or name in TORCHRUN_FLAGS:
-            dest = torchrun
-        elif name in RUN_VALUE_OPTIONS or name in RUN_FLAGS:
-            dest = own
+        if name in own_options:
+            dest, takes_value = own, own_options[name]
         else:
-            raise UsageError(f"unknown option {arg!r} (fastmon's options go before the script)")
+            torchrun_known = torchrun_known if torchrun_known is not None else torchrun_options()
+            if name in TORCHRUN_REFUSED:
+                raise UsageError(f"{arg}: fastmon starts the script itself: give SCRIPT or -m MODULE after the options")
+            if name not in torchrun_known:
+                raise UsageError(f"unknown option {arg!r} (fastmon's options go before the script)")
+            dest, takes_value = torchrun, torchrun_known[name]
         dest.append(name + equals + value)
-        if (name in TORCHRUN_VALUE_OPTIONS or name in RUN_VALUE_OPTIONS) and not equals:
+        if takes_value and not equals:
             if i + 1 >= len(argv):
                 raise UsageError(f"{arg} needs a value")
             dest.append(argv[i + 1])
@@ -71,7 +82,9 @@ def run_parser() -> argparse.ArgumentParser:
     from fastmon.session import PROFILE_STEPS
 
     parser = argparse.ArgumentParser(
-        prog="fastmon run", description="Run a training script under fastmon, like `python SCRIPT ARGS`.",
+        prog="fastmon run", description="Run a training script under fastmon, like `python SCRIPT ARGS`. "
+                                        "torchrun's options (torch.distributed.run --help) pass through to torchrun.",
+        parents=[runs_dir_option()],
         usage="fastmon run [--headless] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
               "[--every-step] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] "
               "[--baseline RUN [--fail-if-slower PCT]] [--log-to TRACKERS] [torchrun options] "
@@ -84,8 +97,6 @@ def run_parser() -> argparse.ArgumentParser:
                         "they change the maths of training (amp, tf32)")
     parser.add_argument("--allow-batch-change", action="store_true",
                         help="let --apply auto try a larger batch (with the LR scaled); it changes the training")
-    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"),
-                        help="where run folders go (default ./fastmon-runs, or $FASTMON_RUNS_DIR)")
     parser.add_argument("--every-step", action="store_true",
                         help="time the phases of every step; by default steps shorter than ~50 ms are timed "
                              "in a random sample, which keeps the probe's cost under ~10 µs a step")
@@ -123,6 +134,13 @@ def percent(text: str) -> float:
     if not 0 <= value < 1000:
         raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0")
     return value
+
+
+def runs_dir_option() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", DEFAULT_RUNS_DIR),
+                        help=f"where run folders are (default ./{DEFAULT_RUNS_DIR}, or $FASTMON_RUNS_DIR)")
+    return parent
 
 
 def whole_number(least: int):
@@ -245,10 +263,10 @@ def run_headless(options) -> tuple[int, Path]:
 
 
 def cmd_demo(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fastmon demo", description="A starved training run, and fastmon fixing it live.")
+    parser = argparse.ArgumentParser(prog="fastmon demo", parents=[runs_dir_option()],
+                                     description="A starved training run, and fastmon fixing it live.")
     parser.add_argument("--headless", action="store_true")
     parser.add_argument("--apply", choices=("ask", "auto", "never"), default="auto")
-    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     # enough epochs for both fixes to be measured: more workers, then (over whole epochs)
     # persistent workers; a fast epoch takes ~1-1.5 s here
     parser.add_argument("--epochs", type=int, default=8)
@@ -264,7 +282,7 @@ def cmd_demo(argv: list[str]) -> int:
 def with_runs(specs: list[str], runs_dir: str, use) -> int:
     """``use(run_dirs)``'s exit code for the run folders ``specs`` name (a folder, or
     ``latest``): 66 where one is missing, 65 where its record cannot be read."""
-    from fastmon.records import RECORD_FILE, resolve_run
+    from fastmon.records import RECORD_FILE, NewerRecord, resolve_run
 
     try:
         run_dirs = [resolve_run(spec, runs_dir) for spec in specs]
@@ -275,16 +293,17 @@ def with_runs(specs: list[str], runs_dir: str, use) -> int:
         return use(run_dirs)
     except sqlite3.DatabaseError as exc:
         where = ", ".join(str(Path(run) / RECORD_FILE) for run in run_dirs)
-        sys.stderr.write(f"fastmon: cannot read {where}: {exc} (not a fastmon record, or a damaged one)\n")
+        why = "" if isinstance(exc, NewerRecord) else " (not a fastmon record, or a damaged one)"
+        sys.stderr.write(f"fastmon: cannot read {where}: {exc}{why}\n")
         return EXIT_BAD_RUN
 
 
 def cmd_report(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fastmon report", description="Summarise a recorded run.")
+    parser = argparse.ArgumentParser(prog="fastmon report", parents=[runs_dir_option()],
+                                     description="Summarise a recorded run.")
     parser.add_argument("run", nargs="*", default=["latest"],
                         help="a run folder, or 'latest' (default); several folders (one per node) are merged")
     parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
-    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
     from fastmon.report import format_text
     from fastmon.summary import summarize
@@ -316,15 +335,14 @@ def judge_runs(run_dirs, fail_if_slower: float | None, as_json: bool, out) -> in
 
 def cmd_compare(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="fastmon compare", description="Two recorded runs side by side, and whether B is faster or slower "
-                                            "than A beyond noise.")
+        prog="fastmon compare", parents=[runs_dir_option()],
+        description="Two recorded runs side by side, and whether B is faster or slower than A beyond noise.")
     parser.add_argument("a", metavar="A", help="the baseline: a run folder, or 'latest'")
     parser.add_argument("b", metavar="B", help="the run to judge against it")
     parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
     parser.add_argument("--fail-if-slower", type=percent, metavar="PCT",
                         help=f"a CI guard: exit {EXIT_SLOWER} when B is slower than A beyond noise and by more "
                              f"than PCT%%, {EXIT_NOT_COMPARABLE} when they trained different work")
-    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
     return with_runs([args.a, args.b], args.runs_dir,
                      lambda run_dirs: judge_runs(run_dirs, args.fail_if_slower, args.json, sys.stdout))
@@ -332,12 +350,12 @@ def cmd_compare(argv: list[str]) -> int:
 
 def cmd_export(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="fastmon export", description="Write a recorded run as a Chrome trace, for Perfetto or chrome://tracing.")
+        prog="fastmon export", parents=[runs_dir_option()],
+        description="Write a recorded run as a Chrome trace, for Perfetto or chrome://tracing.")
     parser.add_argument("run", nargs="*", default=["latest"],
                         help="a run folder, or 'latest' (default); several folders (one per node) make one trace")
     parser.add_argument("-o", "--out", help="the trace file (default RUN/trace.json, in the first RUN of several; "
                                             "a .gz name is gzipped)")
-    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
     from fastmon.trace_export import export
 
@@ -354,9 +372,9 @@ def cmd_export(argv: list[str]) -> int:
 
 
 def cmd_replay(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fastmon replay", description="Open a recorded run in the dashboard.")
+    parser = argparse.ArgumentParser(prog="fastmon replay", parents=[runs_dir_option()],
+                                     description="Open a recorded run in the dashboard.")
     parser.add_argument("run", nargs="?", default="latest")
-    parser.add_argument("--runs-dir", default=os.environ.get("FASTMON_RUNS_DIR", "fastmon-runs"))
     args = parser.parse_args(argv)
     from fastmon.tui.launch import run_replay
 

@@ -130,7 +130,8 @@ def compare(run_a, run_b) -> dict:
     speeds_a, speeds_b = a["ranks"], b["ranks"]
     nothing = {"samples_per_s": 0}
     primary = judged(speeds_a[min(speeds_a)] if speeds_a else nothing, speeds_b[min(speeds_b)] if speeds_b else nothing)
-    ranks = [{"rank": r, **judged(speeds_a[r], speeds_b[r])} for r in sorted(set(speeds_a) & set(speeds_b))] if len(speeds_a) > 1 else []
+    shared = sorted(set(speeds_a) & set(speeds_b)) if len(speeds_a) > 1 else []
+    ranks = [{"rank": r, **judged(speeds_a[r], speeds_b[r])} for r in shared]
     return {"a": a, "b": b, **primary,
             "step_time_ratio": round(1 / primary["speedup"], 4) if primary["speedup"] else None,
             "explained_by": explained_by(a, b) if primary["verdict"] != NO_CHANGE else None,
@@ -167,7 +168,8 @@ def verdict_line(result: dict) -> str:
             map(difference_text, result["workload_differs"])) + ")"
     if result["speedup"] is None:
         return "not judged: a run has no steady steps"
-    line = f"{rates_text(result)} — {result['verdict']}: {change_text(result)}, step time ×{result['step_time_ratio']:.2f}"
+    line = (f"{rates_text(result)} — {result['verdict']}: {change_text(result)}, "
+            f"step time ×{result['step_time_ratio']:.2f}")
     why = result.get("explained_by")
     if why:
         line += (f" — {why['phase']} {why['ms_per_step']:+.2f} ms a step ({why['a_share']:.0%} → "

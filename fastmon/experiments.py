@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from fastmon.phases import STEP_FIELDS
+from fastmon.phases import COLUMN
 from fastmon.verdicts import FASTER, NO_CHANGE, NOISE, judge, rate_error, speed_interval
 
 BLOCKS = 4  # a window's blocks, whose spread gives the interval
@@ -25,7 +25,7 @@ MIN_MEASURE_SECONDS = 0.75
 WARMUP_STEPS = 3
 ACK_TIMEOUT_S = 120.0
 
-_STEP, _WALL, _SAMPLES = STEP_FIELDS.index("step"), STEP_FIELDS.index("wall"), STEP_FIELDS.index("samples")
+_STEP, _WALL, _SAMPLES = COLUMN["step"], COLUMN["wall"], COLUMN["samples"]
 
 
 def throughput(rows) -> float:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from fastmon.advisor import Window
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.phases import COLUMN, PHASES
 
 TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}  # name -> the package it needs
 LOG_EVERY = 5.0  # seconds between two points of each series
@@ -21,7 +21,7 @@ LOG_EVERY = 5.0  # seconds between two points of each series
 WAIT_FOR_SCRIPT_STEPS = 120
 PREFIX = "fastmon/"
 
-_STEP, _WALL, _SAMPLES = STEP_FIELDS.index("step"), STEP_FIELDS.index("wall"), STEP_FIELDS.index("samples")
+_STEP, _WALL, _SAMPLES = COLUMN["step"], COLUMN["wall"], COLUMN["samples"]
 
 
 def parse_log_to(text: str) -> list[str]:

@@ -17,3 +17,4 @@ STEP_FIELDS = (
     "h2d_bytes", "h2d_pageable_bytes", "sync_calls", "eval_forwards", "eval_grad_forwards",
     "micro_batches", "timed",
 )
+COLUMN = {name: i for i, name in enumerate(STEP_FIELDS)}  # a step row's field -> its position

@@ -16,6 +16,12 @@ from fastmon.verdicts import STATUSES, advice_status
 
 FLUSH_EVERY = 0.5
 RECORD_FILE = "run.sqlite"
+# The record's layout, in SQLite's user_version. 1: the tables of SCHEMA, read by column
+# name; records made before it was set read 0 and are read as 1 (their columns by name too).
+# A new column is read as NULL from an older record; a change older code would misread
+# raises the version, and older code refuses the record with its version named.
+RECORD_VERSION = 1
+REQUIRED_STEP_COLUMNS = ("rank", "step", "t_end", "wall", "timed")
 DEFAULT_RUNS_DIR = "fastmon-runs"
 
 DEVICE_FIELDS = ("rank", "step", "device_step", "device_forward", "device_backward", "device_optimizer",
@@ -124,6 +130,7 @@ class Recorder:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(SCHEMA)
+        db.execute(f"PRAGMA user_version = {RECORD_VERSION}")
         db.commit()
         try:
             with open(self._reserve, "wb") as reserve:
@@ -181,6 +188,10 @@ class DamagedRecord(sqlite3.DatabaseError):
     without its wall time): read as a damaged record, exit code 65, everywhere."""
 
 
+class NewerRecord(sqlite3.DatabaseError):
+    """A run file of a layout newer than this fastmon reads: exit code 65, saying so."""
+
+
 def _json(text, where: str):
     try:
         return json.loads(text)
@@ -203,6 +214,24 @@ class RunRecord:
         self.dir = Path(run_dir)
         # a replay reads steps as the screen scrolls, from the thread that draws it
         self.db = sqlite3.connect(f"file:{self.dir / RECORD_FILE}?mode=ro", uri=True, check_same_thread=False)
+        try:
+            self.version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if self.version > RECORD_VERSION:
+                raise NewerRecord(f"its layout is version {self.version}, newer than this fastmon reads "
+                                  f"({RECORD_VERSION}): read it with the fastmon that recorded it, or a newer one")
+            self._steps = ", ".join(self._columns("steps", STEP_FIELDS, REQUIRED_STEP_COLUMNS))
+            self._device = ", ".join(self._columns("device_steps", DEVICE_FIELDS, ("rank", "step")))
+        except sqlite3.DatabaseError:
+            self.db.close()
+            raise
+
+    def _columns(self, table: str, fields, required) -> list[str]:
+        """``fields`` as a SELECT list: by name, a column the record lacks as NULL."""
+        present = {name for _, name, *_ in self.db.execute(f"PRAGMA table_info({table})")}
+        missing = [f for f in required if f not in present]
+        if missing:
+            raise DamagedRecord(f"its {table} table lacks {', '.join(missing)}")
+        return [f if f in present else f"NULL AS {f}" for f in fields]
 
     def close(self) -> None:
         self.db.close()
@@ -212,20 +241,20 @@ class RunRecord:
 
     def steps(self, rank: int | None = None) -> list[tuple]:
         if rank is None:
-            rows = self.db.execute("SELECT * FROM steps ORDER BY rank, step").fetchall()
+            rows = self.db.execute(f"SELECT {self._steps} FROM steps ORDER BY rank, step").fetchall()
         else:
-            rows = self.db.execute("SELECT * FROM steps WHERE rank=? ORDER BY step", (rank,)).fetchall()
+            rows = self.db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? ORDER BY step", (rank,)).fetchall()
         return _checked(rows)
 
     def steps_upto(self, rank: int, step: int, count: int) -> list[tuple]:
         """The last ``count`` steps of ``rank`` up to ``step``, in step order."""
-        rows = self.db.execute("SELECT * FROM steps WHERE rank=? AND step<=? ORDER BY step DESC LIMIT ?",
+        rows = self.db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND step<=? ORDER BY step DESC LIMIT ?",
                                (rank, step, count)).fetchall()
         return _checked(rows[::-1])
 
     def iter_steps(self):
         """Every step, by rank and step, one at a time: a trace of any length in bounded memory."""
-        for row in self.db.execute("SELECT * FROM steps ORDER BY rank, step"):
+        for row in self.db.execute(f"SELECT {self._steps} FROM steps ORDER BY rank, step"):
             yield from _checked([row])
 
     def step_columns(self, rank: int) -> tuple[range | list[int], list[float], tuple[int, list], list[tuple]]:
@@ -253,7 +282,8 @@ class RunRecord:
                             (rank, steps[len(steps) // 2])).fetchone()[0]
         other = db.execute("SELECT step, IFNULL(samples, 0) FROM steps WHERE rank=? AND IFNULL(samples, 0)!=? "
                            "ORDER BY step", (rank, middle)).fetchall()
-        timed = db.execute("SELECT * FROM steps WHERE rank=? AND timed=1 ORDER BY step", (rank,)).fetchall()
+        timed = db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND timed=1 ORDER BY step",
+                           (rank,)).fetchall()
         return steps, walls, (middle, other), timed
 
     def step_span(self, rank: int, first: int, last: int) -> tuple[float, float] | None:
@@ -266,7 +296,7 @@ class RunRecord:
         return [r for (r,) in self.db.execute("SELECT DISTINCT rank FROM steps ORDER BY rank")]
 
     def device_steps(self) -> list[tuple]:
-        return self.db.execute("SELECT * FROM device_steps ORDER BY rank, step").fetchall()
+        return self.db.execute(f"SELECT {self._device} FROM device_steps ORDER BY rank, step").fetchall()
 
     def device_steps_with_start(self):
         """Each device step's row with its host step's start, where that step was recorded."""
@@ -285,7 +315,8 @@ class RunRecord:
 
     def events(self) -> list[dict]:
         return [dict(_json(data, f"event {kind!r}"), t=t, rank=rank, step=step, kind=kind)
-                for t, rank, step, kind, data in self.db.execute("SELECT * FROM events ORDER BY t")]
+                for t, rank, step, kind, data in self.db.execute("SELECT t, rank, step, kind, data FROM events "
+                                                                 "ORDER BY t")]
 
     def samples(self, source: str | None = None) -> list[tuple[float, str, dict]]:
         query = "SELECT t, source, data FROM samples" + (" WHERE source=?" if source else "") + " ORDER BY t"

@@ -24,7 +24,7 @@ from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
-from fastmon.phases import STEP_FIELDS
+from fastmon.phases import COLUMN
 from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.sample_count import samples_in_first
@@ -47,12 +47,8 @@ MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representativ
 # monitor knows; a command is read as it arrives, and taken at the next step's end.
 SYNC_AHEAD_SECONDS = SEND_EVERY + 0.5
 SYNC_AHEAD_MIN_STEPS = 3
-SAFE_ACTIONS = frozenset({"loader", "cudnn_benchmark", "anomaly_detection", "set_to_none", "optimizer_foreach"})
 
-_RANK = STEP_FIELDS.index("rank")
-_WALL = STEP_FIELDS.index("wall")
-_STEP = STEP_FIELDS.index("step")
-_SAMPLES = STEP_FIELDS.index("samples")
+_RANK, _WALL, _STEP, _SAMPLES = COLUMN["rank"], COLUMN["wall"], COLUMN["step"], COLUMN["samples"]
 
 
 @dataclass
@@ -440,7 +436,8 @@ class Session:
         apply = advice.get("apply")
         if not apply or advice["id"] in self.tried or advice["id"] in self.dismissed:
             return False
-        return apply["action"] in SAFE_ACTIONS and not apply.get("changes_maths") or advice["id"] in self.options.allow
+        # A rule's Apply says whether its change alters the maths; only those need the user's accept.
+        return not apply.get("changes_maths") or advice["id"] in self.options.allow
 
     def apply(self, advice_id: str) -> str | None:
         """Start the advice's change as an experiment. None if started; else why not now."""

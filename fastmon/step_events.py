@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from array import array
 
-from fastmon.phases import BACKWARD, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, STEP_FIELDS, SYNC
+from fastmon.phases import BACKWARD, COLUMN, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, STEP_FIELDS, SYNC
 from fastmon.sample_count import LoaderReadings, SamplesOf
 from fastmon.untimed_samples import UntimedSamples
 
@@ -56,7 +56,6 @@ ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, 
          COMM_TAIL: 2, RESUMED: 2, **{ENTER + p: 2 for p in range(len(PHASES))}}
 
 NS = 1e-9
-_FIELD = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
 class StepAssembler:
@@ -202,20 +201,20 @@ class StepAssembler:
         if self.complete:
             row = [None] * len(STEP_FIELDS)
             row[0:4] = [self.rank, step, wall0 + (t - perf0) * NS, (t - self.step_start - acc[IDLE]) * NS]
-            row[_FIELD["timed"]] = int(timed)
+            row[COLUMN["timed"]] = int(timed)
             if timed:
                 self._untimed_samples.timed(step, self.samples if delivered is None else delivered)
                 row[4:4 + len(PHASES)] = [v * NS for v in acc[:IDLE]]
-                row[_FIELD["samples"]] = self.samples if delivered is None else delivered
-                row[_FIELD["mem_alloc"]], row[_FIELD["mem_reserved"]], row[_FIELD["mem_peak"]] = self.memory
-                row[_FIELD["h2d_bytes"]] = self.h2d_bytes
-                row[_FIELD["h2d_pageable_bytes"]] = self.h2d_pageable_bytes
-                row[_FIELD["sync_calls"]] = self.sync_calls
-                row[_FIELD["eval_forwards"]] = self.eval_forwards
-                row[_FIELD["eval_grad_forwards"]] = self.eval_grad_forwards
-                row[_FIELD["micro_batches"]] = self.micro_batches
+                row[COLUMN["samples"]] = self.samples if delivered is None else delivered
+                row[COLUMN["mem_alloc"]], row[COLUMN["mem_reserved"]], row[COLUMN["mem_peak"]] = self.memory
+                row[COLUMN["h2d_bytes"]] = self.h2d_bytes
+                row[COLUMN["h2d_pageable_bytes"]] = self.h2d_pageable_bytes
+                row[COLUMN["sync_calls"]] = self.sync_calls
+                row[COLUMN["eval_forwards"]] = self.eval_forwards
+                row[COLUMN["eval_grad_forwards"]] = self.eval_grad_forwards
+                row[COLUMN["micro_batches"]] = self.micro_batches
             else:
-                row[_FIELD["samples"]] = self._untimed_samples.untimed(step) if delivered is None else delivered
+                row[COLUMN["samples"]] = self._untimed_samples.untimed(step) if delivered is None else delivered
             rows.append(row)
         else:
             self.dropped += 1

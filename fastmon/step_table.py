@@ -8,9 +8,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from fastmon.advisor.window import Window
-from fastmon.phases import STEP_FIELDS
+from fastmon.phases import COLUMN
 
-_I = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
 @dataclass
@@ -50,9 +49,9 @@ class StepTable:
     @classmethod
     def from_rows(cls, rows) -> "StepTable":
         rows = list(rows)
-        return cls([r[_I["step"]] for r in rows], [r[_I["wall"]] for r in rows],
-                   SampleColumn.of([r[_I["samples"]] or 0 for r in rows]),
-                   {i: r for i, r in enumerate(rows) if r[_I["timed"]]})
+        return cls([r[COLUMN["step"]] for r in rows], [r[COLUMN["wall"]] for r in rows],
+                   SampleColumn.of([r[COLUMN["samples"]] or 0 for r in rows]),
+                   {i: r for i, r in enumerate(rows) if r[COLUMN["timed"]]})
 
     @classmethod
     def empty(cls) -> "StepTable":
@@ -64,7 +63,7 @@ class StepTable:
         table = cls(steps, walls, SampleColumn(usual, [], [], len(walls)), {})
         positions = [table.position(s) for s, _ in other]
         table.samples = SampleColumn(usual, positions, [n for _, n in other], len(walls))
-        table.timed = {table.position(r[_I["step"]]): r for r in timed}
+        table.timed = {table.position(r[COLUMN["step"]]): r for r in timed}
         return table
 
     def __len__(self) -> int:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from fastmon.advisor.bound import LAUNCH, bound, launch_remedies
 from fastmon.advisor.facts import Facts
-from fastmon.advisor.knobs import batch_setting, loader_setting
+from fastmon.advisor.knobs import loader_setting
+from fastmon.advisor.rules import BY_ID
 from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.window import Window
 from fastmon.calibration import measured_tflops
 from fastmon.peaks import math_dtype, peak_tflops
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.phases import COLUMN, PHASES
 from fastmon.records import RunRecord
 from fastmon.step_table import StepTable
 from fastmon.verdicts import FASTER
@@ -18,7 +19,6 @@ from fastmon.verdicts import FASTER
 STRAGGLER_MARGIN = 0.10  # own work this much above the median rank's ...
 STRAGGLER_STEP_SHARE = 0.05  # ... and worth at least this share of a step: the straggler
 
-_I = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
 FIRST_STEP_NAMED_SHARE = 0.2  # the first step's phases this big are named beside it
@@ -82,12 +82,12 @@ def steady_left_out(table: StepTable, slowed: dict[int, str]) -> dict[int, str]:
 
 
 def first_step_why(row) -> str:
-    wall = row[_I["wall"]] if row else 0
+    wall = row[COLUMN["wall"]] if row else 0
     if wall <= 0:
         return "first step"
-    big = sorted((p for p in PHASES if (row[_I[p]] or 0) >= FIRST_STEP_NAMED_SHARE * wall),
-                 key=lambda p: -row[_I[p]])
-    return "first step" + (": " + ", ".join(f"{p} {row[_I[p]] * 1e3:,.0f} ms" for p in big) if big else "")
+    big = sorted((p for p in PHASES if (row[COLUMN[p]] or 0) >= FIRST_STEP_NAMED_SHARE * wall),
+                 key=lambda p: -row[COLUMN[p]])
+    return "first step" + (": " + ", ".join(f"{p} {row[COLUMN[p]] * 1e3:,.0f} ms" for p in big) if big else "")
 
 
 def since_last_change(rows: list, applied: list[dict]) -> list:
@@ -98,13 +98,13 @@ def since_last_change(rows: list, applied: list[dict]) -> list:
     steps = [a["step"] for a in applied if a.get("kept")]
     if not steps:
         return rows
-    after = [r for r in rows if r[_I["step"]] >= max(steps)]
-    return after if any(r[_I["timed"]] for r in after) else rows
+    after = [r for r in rows if r[COLUMN["step"]] >= max(steps)]
+    return after if any(r[COLUMN["timed"]] for r in after) else rows
 
 
 def current_rows(rows: list, applied: list[dict], left_out) -> list:
     """``since_last_change`` of the steady run's rows (the status line's recent steps)."""
-    return since_last_change([r for r in rows if r[_I["step"]] not in left_out] or rows, applied)
+    return since_last_change([r for r in rows if r[COLUMN["step"]] not in left_out] or rows, applied)
 
 
 def current_window(table: StepTable, applied: list[dict], left_out) -> Window:
@@ -206,8 +206,8 @@ def summarize(run_dir) -> dict:
 
 def _memory(table: StepTable, record: RunRecord) -> dict:
     rows = table.timed.values()  # an untimed step's row holds no memory figures
-    out = {"torch_peak_allocated": max((r[_I["mem_peak"]] or 0 for r in rows), default=0),
-           "torch_peak_reserved": max((r[_I["mem_reserved"]] or 0 for r in rows), default=0)}
+    out = {"torch_peak_allocated": max((r[COLUMN["mem_peak"]] or 0 for r in rows), default=0),
+           "torch_peak_reserved": max((r[COLUMN["mem_reserved"]] or 0 for r in rows), default=0)}
     rss = [sum(p["rss"] for p in s.get("processes", []) if p.get("role") == "trainer")
            for _, _, s in record.samples("host")]
     host = [s.get("processes", []) for _, _, s in record.samples("host")]
@@ -256,7 +256,7 @@ def first_count(events) -> dict | None:
 
 def counted_samples(count: dict | None, rows) -> int:
     """The samples of the step ``count`` ran in, where it is among ``rows``; else 0."""
-    return next((r[_I["samples"]] or 0 for r in rows if count and r[_I["step"]] == count["from_step"]), 0)
+    return next((r[COLUMN["samples"]] or 0 for r in rows if count and r[COLUMN["step"]] == count["from_step"]), 0)
 
 
 def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) -> dict:
@@ -365,33 +365,21 @@ def _applied_out(a: dict) -> dict:
 
 def permanent_changes(applied: list[dict], facts: dict) -> list[str]:
     """The code that makes each hot-apply measured faster permanent, so the next run starts
-    fast (not one kept as harmless, nor one the run ended before measuring)."""
+    fast (not one kept as harmless, nor one the run ended before measuring): each rule's
+    own ``permanent`` line, the DataLoader's changes merged into one call."""
     lines = []
     loader_params: dict = {}
+    run_facts = Facts(values=facts)
     for a in applied:
         if not a["kept"] or a.get("verdict", FASTER) != FASTER:  # older records: no verdict, kept meant faster
             continue
+        rule = BY_ID.get(a["id"])
         if a["id"].startswith("dataloader."):
             loader_params.update(a.get("params") or {})
-        elif a["id"] == "cudnn.benchmark":
-            lines.append("torch.backends.cudnn.benchmark = True")
-        elif a["id"] == "autograd.detect_anomaly":
-            lines.append("remove torch.autograd.set_detect_anomaly(True) / detect_anomaly()")
-        elif a["id"] == "zero_grad.set_to_none":
-            lines.append("optimizer.zero_grad()  # set_to_none=True")
-        elif a["id"] == "tf32":
-            lines.append('torch.set_float32_matmul_precision("high")')
-        elif a["id"] == "optimizer.fused":
-            lines.append("torch.optim.<Optimizer>(params, ..., fused=True)  # or drop foreach=False")
-        elif a["id"] == "batch_size":
-            params = a.get("params") or {}
-            batch = (Facts(values=facts).training_loader() or {}).get("batch_size")
-            lines.append(f"{batch_setting(Facts(values=facts), batch, params.get('factor', 2))} and learning rates "
-                         f"x{params.get('lr_scale', 1):g} (schedulers' too)")
-        elif a["id"] == "amp":
-            lines.append(f'with torch.autocast("cuda", dtype=torch.{(a.get("params") or {}).get("dtype", "bfloat16")}):')
+        elif rule is not None and hasattr(rule, "permanent"):
+            lines.append(rule.permanent(a.get("params") or {}, run_facts))
     if loader_params:
-        loader = Facts(values=facts).training_loader() or {}
+        loader = run_facts.training_loader() or {}
         where = f"  # {loader['location']}" if loader.get("location") else ""
-        lines.insert(0, f"{loader_setting(Facts(values=facts), **loader_params)}{where}")
+        lines.insert(0, f"{loader_setting(run_facts, **loader_params)}{where}")
     return lines

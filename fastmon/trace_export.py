@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from fastmon import __version__
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.phases import COLUMN, PHASES
 from fastmon.records import DEVICE_FIELDS, RunRecord
 from fastmon.verdicts import result_text
 
@@ -33,7 +33,6 @@ STEPS_TID = 1
 MIB = 2**20
 WRITE_BATCH = 4096  # events encoded and written at a time
 
-_I = {name: i for i, name in enumerate(STEP_FIELDS)}
 _D = {name: i for i, name in enumerate(DEVICE_FIELDS)}
 
 
@@ -103,28 +102,28 @@ def _run_events(record: RunRecord, us, t0: float, host_pid: int, host_name: str)
     per_sample = {}
     for e in events:
         counted = record.steps_upto(e["rank"], e["from_step"], 1) if e["kind"] == "flops" and e.get("flops") else []
-        if counted and counted[0][_I["step"]] == e["from_step"] and counted[0][_I["samples"]]:
-            per_sample[e["rank"]] = e["flops"] / counted[0][_I["samples"]]
+        if counted and counted[0][COLUMN["step"]] == e["from_step"] and counted[0][COLUMN["samples"]]:
+            per_sample[e["rank"]] = e["flops"] / counted[0][COLUMN["samples"]]
     previous_end: dict[int, int] = {}  # rank -> its last slice's end
     for row in record.iter_steps():
-        rank, step, pid = row[_I["rank"]], row[_I["step"]], row[_I["rank"]] + 1
-        start = row[_I["t_end"]] - row[_I["wall"]]
+        rank, step, pid = row[COLUMN["rank"]], row[COLUMN["step"]], row[COLUMN["rank"]] + 1
+        start = row[COLUMN["t_end"]] - row[COLUMN["wall"]]
         # Back-to-back steps share an instant; Unix times as doubles are exact to ~0.2 µs,
         # and a slice that starts inside the one before is read as nested in it.
         ts = max(us(start), previous_end.get(rank, 0))
-        end = previous_end[rank] = max(us(row[_I["t_end"]]), ts)
-        args = {"wall_ms": round(row[_I["wall"]] * 1e3, 4), "samples": row[_I["samples"]],
-                "timed": bool(row[_I["timed"]])}
-        if row[_I["timed"]]:
-            phase_ms = {p: round((row[_I[p]] or 0.0) * 1e3, 4) for p in PHASES}
+        end = previous_end[rank] = max(us(row[COLUMN["t_end"]]), ts)
+        args = {"wall_ms": round(row[COLUMN["wall"]] * 1e3, 4), "samples": row[COLUMN["samples"]],
+                "timed": bool(row[COLUMN["timed"]])}
+        if row[COLUMN["timed"]]:
+            phase_ms = {p: round((row[COLUMN[p]] or 0.0) * 1e3, 4) for p in PHASES}
             args.update(phase_ms)
             yield _counter("phase ms", pid, start, us, phase_ms)
-            if rank in per_sample and row[_I["samples"]] and row[_I["wall"]] > 0:
-                rate = per_sample[rank] * row[_I["samples"]] / row[_I["wall"]]
+            if rank in per_sample and row[COLUMN["samples"]] and row[COLUMN["wall"]] > 0:
+                rate = per_sample[rank] * row[COLUMN["samples"]] / row[COLUMN["wall"]]
                 yield _counter("achieved TFLOP/s", pid, start, us, {"TFLOP/s": float(f"{rate / 1e12:.4g}")})
-            if row[_I["mem_alloc"]] is not None and row[_I["mem_reserved"]]:
+            if row[COLUMN["mem_alloc"]] is not None and row[COLUMN["mem_reserved"]]:
                 for label, field in (("torch allocated MiB", "mem_alloc"), ("torch reserved MiB", "mem_reserved")):
-                    yield _counter(label, pid, start, us, {"MiB": round(row[_I[field]] / MIB, 1)})
+                    yield _counter(label, pid, start, us, {"MiB": round(row[COLUMN[field]] / MIB, 1)})
         yield {"name": f"step {step}", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID,
                "ts": ts, "dur": end - ts, "args": args}
     for row, start in record.device_steps_with_start():

@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import os
+import site
 import sys
 import sysconfig
 
 import fastmon
 
-_SKIP = tuple(
-    p + os.sep for p in {
-        os.path.dirname(os.path.abspath(fastmon.__file__)),
-        os.path.dirname(os.path.abspath(__file__)),
-        sysconfig.get_paths().get("stdlib", "\0"),
-        sysconfig.get_paths().get("purelib", "\0"),
-        sysconfig.get_paths().get("platlib", "\0"),
-    } if p
-)
+
+def _library_folders() -> set[str]:
+    """Where installed libraries live: the interpreter's, the user's (``pip install --user``),
+    any site-packages folder, and torch's own folder wherever it was found (a PYTHONPATH or
+    vendored install): advice must never point into torch."""
+    paths = {sysconfig.get_paths().get(key) for key in ("purelib", "platlib")}
+    paths |= {*site.getsitepackages(), site.getusersitepackages()} if hasattr(site, "getsitepackages") else set()
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        paths.add(os.path.dirname(os.path.abspath(torch.__file__)))
+    return {os.path.abspath(p) for p in paths if p}
+
+
 _FASTMON = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (fastmon.__file__, __file__))
-_LIBRARIES = tuple(p + os.sep for p in {sysconfig.get_paths().get(k) for k in ("purelib", "platlib")} if p)
+_LIBRARIES = tuple(p + os.sep for p in _library_folders())
+_SKIP = (*_FASTMON, *_LIBRARIES, os.path.abspath(sysconfig.get_paths().get("stdlib", "\0")) + os.sep)
+_PACKAGE_FOLDERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _cache: dict[str, bool] = {}
 
 
@@ -26,7 +33,8 @@ def _is_user_file(filename: str) -> bool:
     known = _cache.get(filename)
     if known is None:
         path = os.path.abspath(filename)
-        known = not filename.startswith("<") and not path.startswith(_SKIP)
+        known = not filename.startswith("<") and not path.startswith(_SKIP) and not any(
+            folder in path for folder in _PACKAGE_FOLDERS)
         _cache[filename] = known
     return known
 

@@ -153,6 +153,26 @@ def test_every_rule_has_cases():
     assert {rule.ID for rule in RULES} == set(CASES)
 
 
+def test_every_rule_module_is_run():
+    import pkgutil
+
+    import fastmon.advisor.rules as rules
+
+    assert {name for _, name, _ in pkgutil.iter_modules(rules.__path__)} == {r.__name__.split(".")[-1] for r in RULES}
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_a_change_a_rule_applies_live_says_how_to_keep_it(rule_id):
+    from fastmon.advisor.rules import BY_ID
+
+    (window_rows, fact_set), _ = CASES[rule_id]
+    apply = fired(window_rows, fact_set)[rule_id].apply
+    if apply is None or apply.action == "loader":  # the DataLoader's are merged into one call
+        return
+    line = BY_ID[rule_id].permanent(apply.params, fact_set)
+    assert line and ("torch" in line or "DataLoader" in line or "optimizer" in line), line
+
+
 @pytest.mark.parametrize("rule_id", sorted(CASES))
 def test_rule_fires_on_evidence(rule_id):
     (window_rows, fact_set), _ = CASES[rule_id]

@@ -18,8 +18,20 @@ def test_torchrun_options_pass_through_in_both_spellings():
     assert target == ["-m", "pkg.train", "--lr", "3"] and own == []
 
 
+def test_every_option_of_the_installed_torchrun_passes_through():
+    # torch 2.13's options a hand-made list refused: read from torchrun's own parser now
+    argv = ["--nproc-per-node", "2", "--tee", "3", "-r", "1", "--local-ranks-filter", "0", "--logs-specs", "x",
+            "--redirects=3", "--virtual-local-rank", "--headless", "train.py", "--tee", "1"]
+    own, torchrun, target = split_run_args(argv)
+    assert torchrun == ["--nproc-per-node", "2", "--tee", "3", "-r", "1", "--local-ranks-filter", "0",
+                        "--logs-specs", "x", "--redirects=3", "--virtual-local-rank"]
+    assert own == ["--headless"] and target == ["train.py", "--tee", "1"]
+
+
 @pytest.mark.parametrize("argv, message", [(["--apply"], "needs a value"), (["-m"], "module name"),
-                                           (["--bogus", "t.py"], "unknown option")])
+                                           (["--bogus", "t.py"], "unknown option"),
+                                           (["--no-python", "t.py"], "fastmon starts the script itself"),
+                                           (["--run-path", "t.py"], "fastmon starts the script itself")])
 def test_bad_command_lines(argv, message):
     with pytest.raises(UsageError, match=message):
         split_run_args(argv)

@@ -465,3 +465,16 @@ def test_a_character_cut_across_two_reads_is_recorded_whole(run_fastmon, tmp_pat
     db = sqlite3.connect(run / "run.sqlite")
     printed = "".join(text for (text,) in db.execute("SELECT text FROM log WHERE stream = 'stdout' ORDER BY t"))
     assert printed == "café\nnaïve\n日本\n"
+
+
+def test_advice_never_points_into_an_installed_library_wherever_it_was_installed(tmp_path):
+    import site
+
+    from fastmon.probe.location import _is_user_file
+
+    user_site = site.getusersitepackages()  # pip install --user torch
+    assert not _is_user_file(f"{user_site}/torch/nn/modules/module.py")
+    assert not _is_user_file("/opt/vendor/lib/python3.11/dist-packages/torch/optim/optimizer.py")
+    assert not _is_user_file("/srv/env/lib/python3.11/site-packages/transformers/trainer.py")
+    script = tmp_path / "train.py"
+    assert _is_user_file(str(script))

@@ -100,3 +100,61 @@ def test_a_damaged_value_in_a_record_is_named_with_65_everywhere(recorded, tmp_p
     assert "cannot read" in out.stderr and "damaged" in out.stderr
     assert "Traceback" not in out.stderr
     assert not list(run.glob("trace.json*"))  # no trace cut off where the damage was
+
+
+@pytest.mark.e2e
+def test_a_record_says_its_layout_version(recorded):
+    import sqlite3
+
+    from fastmon.records import RECORD_VERSION
+
+    with sqlite3.connect(recorded / "run.sqlite") as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == RECORD_VERSION >= 1
+
+
+def test_a_record_of_a_newer_layout_is_refused_with_its_version(tmp_path):
+    import shutil
+    import sqlite3
+
+    from conftest import ROOT
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "data" / "h200-nanogpt-eager-1", run)
+    with sqlite3.connect(run / "run.sqlite") as db:
+        db.execute("PRAGMA user_version = 99")
+    for command in ("report", "replay", "export"):
+        out = subprocess.run(fastmon_cmd(command, run), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                             env=clean_env(), stdin=subprocess.DEVNULL)
+        assert out.returncode == 65 and "layout is version 99, newer than this fastmon reads" in out.stderr, \
+            (command, out.stderr[-500:])
+        assert "Traceback" not in out.stderr and "damaged" not in out.stderr
+
+
+def test_an_older_layout_is_read_by_column_name(tmp_path):
+    """Columns in another order, one missing: read by name, the missing one as n/a."""
+    import json
+    import shutil
+    import sqlite3
+
+    from conftest import ROOT
+
+    original = ROOT / "tests" / "data" / "h200-nanogpt-eager-1"
+    run = tmp_path / "run"
+    shutil.copytree(original, run)
+    with sqlite3.connect(run / "run.sqlite") as db:
+        columns = [name for _, name, *_ in db.execute("PRAGMA table_info(steps)") if name != "mem_reserved"][::-1]
+        db.execute(f"CREATE TABLE old_steps AS SELECT {', '.join(columns)} FROM steps")
+        db.execute("DROP TABLE steps")
+        db.execute("ALTER TABLE old_steps RENAME TO steps")
+        db.execute("PRAGMA user_version = 0")
+
+    def report(where):
+        out = subprocess.run(fastmon_cmd("report", where, "--json"), capture_output=True, text=True, timeout=60,
+                             env=clean_env())
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    before, after = report(original), report(run)
+    assert after["step_ms"] == before["step_ms"] and after["phases"] == before["phases"]
+    assert after["memory"]["torch_peak_allocated"] == before["memory"]["torch_peak_allocated"] > 0
+    assert after["memory"]["torch_peak_reserved"] == 0  # the column it lacked

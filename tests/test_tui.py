@@ -416,3 +416,15 @@ def test_the_shares_after_a_fix_describe_the_run_as_it_is_now():
                  rank_rows={0: rows}, facts={}, argv=[], host={}, gpu_samples=[], gpu_note="", advice=[],
                  applied=[{"step": 50, "kept": True}], dropped=0)
     assert snap.recent.share("data_wait") < 0.1
+
+
+def test_the_scripts_colours_are_drawn_not_printed_as_escapes():
+    from fastmon.tui.widgets.log_pane import styled
+
+    # what a coloured logger (rich, loguru, transformers') writes
+    line = styled("stdout", "\x1b[32mINFO\x1b[0m step 5 \x1b[1;31mloss nan\x1b[0m")
+    assert line.plain == "INFO step 5 loss nan"
+    coloured = {line.plain[span.start:span.end]: span.style for span in line.spans}
+    assert coloured["INFO"].color.number == 2  # green
+    assert coloured["loss nan"].color.number == 1 and coloured["loss nan"].bold  # bold red
+    assert styled("stderr", "\x1b[33mwarn\x1b[0m").plain == "warn"

@@ -12,7 +12,7 @@ from pathlib import Path
 from fastmon.advisor.bound import bound
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.phases import COLUMN, PHASES
 from fastmon.step_table import StepTable
 from fastmon.summary import (counted_samples, current_window, first_count, flops_figures, gpu_figures, rates,
                              since_last_change, slowed_steps, steady_left_out, steady_span, straggler, util_in_span,
@@ -23,7 +23,6 @@ CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BU
 RECENT_STEPS = 100
 BUSY_SAMPLES = 10  # the GPU samples whose mean utilization the header's verdict reads
 ENDED = ("finished", "crashed", "detached", "ended")  # a run in these shows its steady run as it is now
-_I = {name: i for i, name in enumerate(STEP_FIELDS)}
 _EPOCHS_ARG = re.compile(r"^--(?:max[-_]|num[-_])?epochs?(?:=(\d+))?$")
 
 
@@ -69,11 +68,11 @@ def chart_buckets(rows: list) -> tuple[list[dict], int]:
     split = {p: 1.0 if p == "other" else 0.0 for p in PHASES}
     for start in range(0, len(rows), per):
         chunk = rows[start:start + per]
-        timed = [r for r in chunk if r[_I["timed"]]]
-        timed_wall = sum(r[_I["wall"]] for r in timed)
+        timed = [r for r in chunk if r[COLUMN["timed"]]]
+        timed_wall = sum(r[COLUMN["wall"]] for r in timed)
         if timed_wall > 0:
-            split = {p: sum(r[_I[p]] for r in timed) / timed_wall for p in PHASES}
-        mean_ms = sum(r[_I["wall"]] for r in chunk) / len(chunk) * 1e3
+            split = {p: sum(r[COLUMN[p]] for r in timed) / timed_wall for p in PHASES}
+        mean_ms = sum(r[COLUMN["wall"]] for r in chunk) / len(chunk) * 1e3
         out.append({p: mean_ms * split[p] for p in PHASES})
     return out, per
 
@@ -123,11 +122,11 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
                     run=run, capturing=capturing)
     snap.recent = current or Window.from_rows(recent(since_last_change(rows, applied), RECENT_STEPS))
     snap.buckets, snap.bucket_steps = chart_buckets(rows)
-    timed = [r for r in rows[-RECENT_STEPS:] if r[_I["timed"]]]
+    timed = [r for r in rows[-RECENT_STEPS:] if r[COLUMN["timed"]]]
     if timed:
         last = timed[-1]
-        snap.torch_memory = {"allocated": last[_I["mem_alloc"]], "reserved": last[_I["mem_reserved"]],
-                             "peak": max(r[_I["mem_peak"]] or 0 for r in timed)}
+        snap.torch_memory = {"allocated": last[COLUMN["mem_alloc"]], "reserved": last[COLUMN["mem_reserved"]],
+                             "peak": max(r[COLUMN["mem_peak"]] or 0 for r in timed)}
     if gpu_samples:
         snap.gpu = gpu_samples[-1]
         if current is not None:
@@ -282,7 +281,7 @@ class ReplaySource:
         at_step = self.table.steps[self.position - 1] if self.position else -1
         rank_rows = {rank: [list(r) for r in self.record.steps_upto(rank, at_step, CHART_STEPS)] for rank in self.ranks}
         rows = rank_rows.get(self.ranks[0], []) if self.ranks else []
-        t = rows[-1][_I["t_end"]] if rows else 0.0
+        t = rows[-1][COLUMN["t_end"]] if rows else 0.0
         at_end = self.position == self.length
         host = next((s for ts, _, s in reversed(self.host) if ts <= t), self.host[-1][2] if self.host else {})
         gpu = [s for ts, _, s in self.gpu if ts <= t] if not at_end else [s for _, _, s in self.gpu]
@@ -290,7 +289,7 @@ class ReplaySource:
         status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
         target = self.meta.get("target") or []
         argv = target[2:] if target[:1] == ["-m"] else target[1:]
-        started = self.meta.get("started") or (rows[0][_I["t_end"]] if rows else 0)
+        started = self.meta.get("started") or (rows[0][COLUMN["t_end"]] if rows else 0)
         return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
                      elapsed=max(t - started, 0.0), steps=self.position, run=self._run_upto(), rows=rows,
                      rank_rows=rank_rows, facts=self.facts, argv=argv, host=host, gpu_samples=gpu,

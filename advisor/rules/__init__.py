@@ -1,5 +1,8 @@
 """One module per rule; each has ``ID``, named thresholds, ``check(window, facts)`` and a
-docstring saying what it detects, why it matters and how to fix it."""
+docstring saying what it detects, why it matters and how to fix it. A rule whose advice
+can be applied live says in its ``Apply`` whether that changes the maths (then only the
+user's accept applies it) and, but for the DataLoader's (merged into one call), has
+``permanent(params, facts)``: the line that keeps the change after fastmon."""
 
 from fastmon.advisor.rules import (
     amp,
@@ -36,3 +39,4 @@ RULES = (
     memory_pressure, optimizer_fused, optimizer_adamw, lr_schedule, grad_clipping, torch_compile, channels_last,
     compile_recompiles,
 )
+BY_ID = {rule.ID: rule for rule in RULES}

@@ -34,3 +34,8 @@ def check(window, facts):
         why="tensor cores run bf16/fp16 matmuls several times faster than fp32",
         apply=Apply("autocast", {"dtype": dtype}, changes_maths=True) if bf16 else None,
     )
+
+
+def permanent(params: dict, facts) -> str:
+    """The line that keeps this change after fastmon (the report's "make it permanent")."""
+    return f'with torch.autocast("cuda", dtype=torch.{params.get("dtype", "bfloat16")}):'

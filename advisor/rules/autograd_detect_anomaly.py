@@ -27,3 +27,8 @@ def check(window, facts):
         location=(facts.values.get("anomaly_detection_at") or {}).get("location"),
         apply=Apply("anomaly_detection", {"value": False}),
     )
+
+
+def permanent(params: dict, facts) -> str:
+    """The line that keeps this change after fastmon (the report's "make it permanent")."""
+    return "remove torch.autograd.set_detect_anomaly(True) / detect_anomaly()"

@@ -49,3 +49,10 @@ def check(window, facts):
         location=loader.get("location"), confidence="medium",
         apply=Apply("batch_size", {"factor": BATCH_FACTOR, "lr_scale": lr_scale}, changes_maths=True),
     )
+
+
+def permanent(params: dict, facts) -> str:
+    """The line that keeps this change after fastmon (the report's "make it permanent")."""
+    batch = (facts.training_loader() or {}).get("batch_size")
+    return (f"{batch_setting(facts, batch, params.get('factor', 2))} and learning rates "
+            f"x{params.get('lr_scale', 1):g} (schedulers' too)")

@@ -31,3 +31,8 @@ def check(window, facts):
         why="TF32 runs float32 matmuls on tensor cores; training is rarely sensitive to it",
         apply=Apply("matmul_precision", {"value": "high"}, changes_maths=True),
     )
+
+
+def permanent(params: dict, facts) -> str:
+    """The line that keeps this change after fastmon (the report's "make it permanent")."""
+    return 'torch.set_float32_matmul_precision("high")'

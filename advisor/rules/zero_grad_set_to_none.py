@@ -24,3 +24,8 @@ def check(window, facts):
         why="a memset of every gradient per step, and memory held between steps",
         location=event.get("location"), apply=Apply("set_to_none", {"value": True}),
     )
+
+
+def permanent(params: dict, facts) -> str:
+    """The line that keeps this change after fastmon (the report's "make it permanent")."""
+    return "optimizer.zero_grad()  # set_to_none=True"

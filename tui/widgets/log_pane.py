@@ -20,7 +20,8 @@ def as_shown(line: str) -> str:
 
 
 def styled(stream: str, line: str, **kwargs) -> Text:
-    return Text(line, style="red" if stream == "stderr" else "", **kwargs)
+    """The line as a terminal shows it: its ANSI colours drawn, not printed as escapes."""
+    return Text.from_ansi(line, style="red" if stream == "stderr" else "", **kwargs)
 
 
 class LogPane(RichLog):
