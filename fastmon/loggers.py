@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ LOG_EVERY = 5.0  # seconds between two points of each series
 WAIT_FOR_SCRIPT_STEPS = 120
 PREFIX = "fastmon/"
 
-_STEP, _WALL, _SAMPLES = COLUMN["step"], COLUMN["wall"], COLUMN["samples"]
+_STEP = COLUMN["step"]
 
 
 def parse_log_to(text: str) -> list[str]:
@@ -43,7 +42,7 @@ def missing_packages(names: list[str]) -> list[str]:
 def figures(rows: list, gpus: list[dict] | None, compute: dict) -> dict[str, float]:
     """One point of each series from the steps since the last point (rank 0's)."""
     window = Window.from_rows(rows)
-    out = {"step_ms": statistics.median(r[_WALL] for r in rows) * 1e3,
+    out = {"step_ms": window.step_median * 1e3,
            "samples_per_s": window.samples_per_s, "steps_per_s": window.steps_per_s}
     if window.timed_steps:
         out.update({f"share/{p}": window.share(p) for p in PHASES})
