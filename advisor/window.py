@@ -94,10 +94,10 @@ def recent(rows, steps: int) -> list:
     timed ones (the probe times a sample of short steps) or the rows run out."""
     rows = list(rows)
     start = max(0, len(rows) - steps)
-    timed = sum(1 for r in rows[start:] if r[COLUMN["timed"]])
+    timed = sum(1 for r in rows[start:] if r.timed)
     while start > 0 and timed < MIN_TIMED_ROWS:
         start -= 1
-        timed += bool(rows[start][COLUMN["timed"]])
+        timed += bool(rows[start].timed)
     return rows[start:]
 
 
@@ -129,9 +129,9 @@ class Window:
     @classmethod
     def from_rows(cls, rows) -> "Window":
         rows = list(rows)
-        return cls.from_columns([r[COLUMN["wall"]] for r in rows], sum(r[COLUMN["samples"]] or 0 for r in rows),
-                                {i: r for i, r in enumerate(rows) if r[COLUMN["timed"]]},
-                                rows[0][COLUMN["step"]] if rows else 0, rows[-1][COLUMN["step"]] if rows else 0)
+        return cls.from_columns([r.wall for r in rows], sum(r.samples or 0 for r in rows),
+                                {i: r for i, r in enumerate(rows) if r.timed},
+                                rows[0].step if rows else 0, rows[-1].step if rows else 0)
 
     @classmethod
     def from_columns(cls, walls: list[float], samples: int, timed: dict[int, tuple], first_step: int,
@@ -156,10 +156,10 @@ class Window:
         rows = [timed[i] for i in order]
         col = lambda name: [r[COLUMN[name]] or 0 for r in rows]  # noqa: E731
         stands_for = segments(walls, order)
-        training = [i for i in order if not timed[i][COLUMN["eval_forwards"]]] or order
+        training = [i for i in order if not timed[i].eval_forwards] or order
         # totals in seconds of the window's training time: the evaluating steps' own time left out
         covered = sum(stands_for[i][0] for i in training)
-        evaluating = sum(timed[i][COLUMN["wall"]] for i in set(order) - set(training))
+        evaluating = sum(timed[i].wall for i in set(order) - set(training))
         scale = (w.wall - evaluating) / covered if covered > 0 else 0.0
         for phase in PHASES:
             # the step's split of its time, over the time of the steps it stands for
@@ -176,11 +176,11 @@ class Window:
         w.eval_grad_forwards = sum(col("eval_grad_forwards"))
         allocs = col("mem_alloc")
         w.mem_alloc_first, w.mem_alloc_last = allocs[0], allocs[-1]
-        w.mem_steps = rows[-1][COLUMN["step"]] - rows[0][COLUMN["step"]]
+        w.mem_steps = rows[-1].step - rows[0].step
         w.mem_peak = max(col("mem_peak"))
         w.micro_batches = sum(col("micro_batches"))
         waits = [COLUMN[p] for p in WAIT_PHASES if p in COLUMN]
-        w.own_work_median = weighted_quantile([(timed[i][COLUMN["wall"]] - sum(timed[i][k] or 0 for k in waits),
+        w.own_work_median = weighted_quantile([(timed[i].wall - sum(timed[i][k] or 0 for k in waits),
                                                 stands_for[i][1]) for i in order], 0.5)
         return w
 

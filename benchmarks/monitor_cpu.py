@@ -44,7 +44,7 @@ async def dashboard_run(rate: float, seconds: float, runs_dir: str) -> dict:
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause(WARMUP_S)
         cpu0, wall0, redraws0 = cpu_seconds(), time.monotonic(), app.redraws
-        steps0 = session.state.ranks[0].steps if session.state.ranks else 0
+        steps0 = session.view.rank(0).steps
         latencies = []
         while time.monotonic() - wall0 < seconds - WARMUP_S - 2:
             await pilot.pause(1.0)
@@ -53,9 +53,9 @@ async def dashboard_run(rate: float, seconds: float, runs_dir: str) -> dict:
             await pilot.press("p")
             latencies.append((time.monotonic() - pressed) / 2)
         cpu1, wall1, redraws1 = cpu_seconds(), time.monotonic(), app.redraws
-        steps1 = session.state.ranks[0].steps
+        steps1 = session.view.rank(0).steps
         await pilot.press("q")
-        if session.state.status == "running":
+        if session.view.status == "running":
             await pilot.press("s")
     session.terminate()
     session.wait()
@@ -71,10 +71,10 @@ def headless_run(rate: float, seconds: float, runs_dir: str) -> dict:
     session.start()
     time.sleep(WARMUP_S)
     cpu0, wall0 = cpu_seconds(), time.monotonic()
-    steps0 = session.state.ranks[0].steps if session.state.ranks else 0
+    steps0 = session.view.rank(0).steps
     time.sleep(seconds - WARMUP_S - 2)
     cpu1, wall1 = cpu_seconds(), time.monotonic()
-    steps1 = session.state.ranks[0].steps
+    steps1 = session.view.rank(0).steps
     session.wait()
     wall = wall1 - wall0
     return {"rate": (steps1 - steps0) / wall, "cpu": (cpu1 - cpu0) / wall * 100}

@@ -11,12 +11,10 @@ left out of every other change's windows. README "How advice is judged" has the 
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 
-from fastmon.phases import COLUMN
-from fastmon.verdicts import FASTER, NO_CHANGE, NOISE, judge, rate_error, speed_interval
+from fastmon.verdicts import FASTER, NO_CHANGE, NOISE, ExperimentState, judge, rate_error, speed_interval
 
 BLOCKS = 4  # a window's blocks, whose spread gives the interval
 BASELINE_STEPS = 20
@@ -25,23 +23,24 @@ MIN_MEASURE_SECONDS = 0.75
 WARMUP_STEPS = 3
 ACK_TIMEOUT_S = 120.0
 
-_STEP, _WALL, _SAMPLES = COLUMN["step"], COLUMN["wall"], COLUMN["samples"]
+
+APPLYING, MEASURING, FINALIZING, REVERTING, KEPT, REVERTED, REVERT_FAILED, FAILED, INCOMPLETE = ExperimentState
 
 
 def throughput(rows) -> float:
     """samples/s over consecutive rows: all samples over all time. No step is left out as
     an outlier: workers deliver batches in bursts, so slow steps are part of the rate."""
-    wall = sum(r[_WALL] for r in rows)
-    return sum(r[_SAMPLES] for r in rows) / wall if wall > 0 else 0.0
+    wall = sum(r.wall for r in rows)
+    return sum(r.samples for r in rows) / wall if wall > 0 else 0.0
 
 
 def relative_error(rows) -> float:
     """The standard error of a window's throughput, relative to it, from its blocks' rates."""
-    return rate_error([r[_WALL] for r in rows], [r[_SAMPLES] for r in rows], BLOCKS)
+    return rate_error([r.wall for r in rows], [r.samples for r in rows], BLOCKS)
 
 
 def enough(rows, span: int) -> bool:
-    return len(rows) >= span and sum(r[_WALL] for r in rows) >= MIN_MEASURE_SECONDS
+    return len(rows) >= span and sum(r.wall for r in rows) >= MIN_MEASURE_SECONDS
 
 
 @dataclass
@@ -57,7 +56,7 @@ class Experiment:
     baseline: float = 0.0
     baseline_error: float = 0.0  # relative_error of the baseline window
     trials: list = field(default_factory=list)  # [(params, samples_per_s, relative error)]
-    state: str = "applying"
+    state: ExperimentState = APPLYING
     index: int = 0
     measure_from: int | None = None
     live_params: dict | None = None  # what the probe runs now, None while the original
@@ -73,7 +72,7 @@ class Experiment:
         their start-ups; any other leaves out the steps that waited for workers to start."""
         if self.epoch or not startups:
             return rows
-        return [r for r in rows if r[_STEP] not in startups]
+        return [r for r in rows if r.step not in startups]
 
     @property
     def current(self) -> dict:
@@ -115,15 +114,12 @@ class Experiment:
 
 class ExperimentRunner:
     """Drives one experiment at a time. ``send(message)`` reaches the probe(s);
-    ``done(result)`` is called when an experiment concludes. The channel's thread (acks),
-    the advisor's (ticks) and the UI's (starts) all drive it: each entry point holds
-    ``lock``, the session's own, so no two can interleave, and ``send`` and ``done``,
-    which take that lock too, cannot take it in another order."""
+    ``done(result)`` is called when an experiment concludes. Acks, ticks and starts all
+    come from the session's state owner (fastmon.state_owner): one thread, one at a time."""
 
-    def __init__(self, send, done, lock=None) -> None:
+    def __init__(self, send, done) -> None:
         self.send = send
         self.done = done
-        self.lock = lock or threading.RLock()
         self.active: Experiment | None = None
         self._next_exp = 1
 
@@ -137,21 +133,20 @@ class ExperimentRunner:
         change that takes effect at the next epoch: not before an epoch's worth of steps
         is there to compare with. ``startups``: the steps that waited for DataLoader
         workers to start. None if it cannot start now."""
-        with self.lock:
-            apply = advice.get("apply") or {}
-            candidates = list(apply.get("search") or ()) or [apply.get("params", {})]
-            if self.active is not None or not rows:
-                return None
-            exp = Experiment(self._next_exp, advice["id"], apply["action"], candidates,
-                             bool(apply.get("changes_maths")), warmup, rows[-1][_STEP] + 1, epoch)
-            baseline_rows = exp.measured(rows, startups)[-max(BASELINE_STEPS, epoch[0] if epoch else 0):]
-            if not baseline_rows or epoch and len(baseline_rows) < epoch[0]:
-                return None
-            self._next_exp += 1
-            exp.baseline, exp.baseline_error = throughput(baseline_rows), relative_error(baseline_rows)
-            self.active = exp
-            self._apply(exp, exp.current)
-            return exp
+        apply = advice.get("apply") or {}
+        candidates = list(apply.get("search") or ()) or [apply.get("params", {})]
+        if self.active is not None or not rows:
+            return None
+        exp = Experiment(self._next_exp, advice["id"], apply["action"], candidates,
+                         bool(apply.get("changes_maths")), warmup, rows[-1].step + 1, epoch)
+        baseline_rows = exp.measured(rows, startups)[-max(BASELINE_STEPS, epoch[0] if epoch else 0):]
+        if not baseline_rows or epoch and len(baseline_rows) < epoch[0]:
+            return None
+        self._next_exp += 1
+        exp.baseline, exp.baseline_error = throughput(baseline_rows), relative_error(baseline_rows)
+        self.active = exp
+        self._apply(exp, exp.current)
+        return exp
 
     def _apply(self, exp: Experiment, params: dict) -> None:
         exp.sent_at = time.monotonic()
@@ -161,97 +156,94 @@ class ExperimentRunner:
         self.send({"t": "apply", "exp": exp.exp, "action": exp.action, "params": params})
 
     def on_ack(self, message: dict) -> None:
-        with self.lock:
-            exp = self.active
-            if exp is None or message.get("exp") != exp.exp:
-                return
-            if message.get("t") == "applied" and message.get("params") not in (None, exp.live_params):
-                return  # another rank's answer to an earlier candidate of this search
-            if message.get("t") == "reverted":
-                exp.state = "reverted" if message.get("ok") else "revert failed"
+        exp = self.active
+        if exp is None or message.get("exp") != exp.exp:
+            return
+        if message.get("t") == "applied" and message.get("params") not in (None, exp.live_params):
+            return  # another rank's answer to an earlier candidate of this search
+        if message.get("t") == "reverted":
+            exp.state = REVERTED if message.get("ok") else REVERT_FAILED
+            self._conclude(exp)
+            return
+        if not message.get("ok"):
+            exp.error = message.get("error") or "failed"
+            if exp.trials:  # a later candidate failed (e.g. OOM): settle on the best one so far
+                self._settle(exp)
+            else:
+                exp.kept, exp.state = False, FAILED
+                # Under DDP another rank may have applied it: undo there too.
+                self.send({"t": "revert", "exp": exp.exp})
                 self._conclude(exp)
-                return
-            if not message.get("ok"):
-                exp.error = message.get("error") or "failed"
-                if exp.trials:  # a later candidate failed (e.g. OOM): settle on the best one so far
-                    self._settle(exp)
-                else:
-                    exp.kept, exp.state = False, "failed"
-                    # Under DDP another rank may have applied it: undo there too.
-                    self.send({"t": "revert", "exp": exp.exp})
-                    self._conclude(exp)
-                return
-            exp.note = message.get("note") or exp.note
-            step = int(message.get("step", 0))
-            exp.measure_from = step + exp.skip
-            if exp.epoch:
-                # The first epoch to begin after the change starts the workers; the next one
-                # shows what keeping them saves. (An epoch beginning at the very step applied
-                # may have started its workers before: one epoch more is waited then.)
-                length, began = exp.epoch
-                exp.measure_from = began + length * ((step - began) // length + 2)
-            exp.state = "finalizing" if exp.state == "finalizing" else "measuring"
+            return
+        exp.note = message.get("note") or exp.note
+        step = int(message.get("step", 0))
+        exp.measure_from = step + exp.skip
+        if exp.epoch:
+            # The first epoch to begin after the change starts the workers; the next one
+            # shows what keeping them saves. (An epoch beginning at the very step applied
+            # may have started its workers before: one epoch more is waited then.)
+            length, began = exp.epoch
+            exp.measure_from = began + length * ((step - began) // length + 2)
+        exp.state = FINALIZING if exp.state == FINALIZING else MEASURING
 
     def tick(self, rows: list, startups=frozenset()) -> None:
         """``rows``: recent step rows (one rank), oldest first; ``startups``: the steps
         that waited for DataLoader workers to start."""
-        with self.lock:
-            exp = self.active
-            if exp is None:
-                return
-            if exp.measure_from is None:
-                if time.monotonic() - exp.sent_at > ACK_TIMEOUT_S:
-                    exp.kept, exp.state, exp.error = False, "failed", "the training process did not answer"
-                    self._conclude(exp)
-                return
-            window = [r for r in exp.measured(rows, startups) if r[_STEP] >= exp.measure_from]
-            if not enough(window, exp.epoch[0] if exp.epoch else MEASURE_STEPS):
-                return
-            measured = throughput(window)
-            if exp.state == "finalizing":
+        exp = self.active
+        if exp is None:
+            return
+        if exp.measure_from is None:
+            if time.monotonic() - exp.sent_at > ACK_TIMEOUT_S:
+                exp.kept, exp.state, exp.error = False, FAILED, "the training process did not answer"
                 self._conclude(exp)
-                return
-            exp.trials.append((exp.current, measured, relative_error(window)))
-            best_before = max((s for _, s, _ in exp.trials[:-1]), default=exp.baseline)
-            improved = measured > best_before * (1 + NOISE)
-            if improved and exp.index + 1 < len(exp.candidates):
-                exp.index += 1
-                self._apply(exp, exp.current)
-                return
-            self._settle(exp)
+            return
+        window = [r for r in exp.measured(rows, startups) if r.step >= exp.measure_from]
+        if not enough(window, exp.epoch[0] if exp.epoch else MEASURE_STEPS):
+            return
+        measured = throughput(window)
+        if exp.state == FINALIZING:
+            self._conclude(exp)
+            return
+        exp.trials.append((exp.current, measured, relative_error(window)))
+        best_before = max((s for _, s, _ in exp.trials[:-1]), default=exp.baseline)
+        improved = measured > best_before * (1 + NOISE)
+        if improved and exp.index + 1 < len(exp.candidates):
+            exp.index += 1
+            self._apply(exp, exp.current)
+            return
+        self._settle(exp)
 
     def end_of_run(self) -> None:
         """The training has ended: conclude the experiment under way, as far as it got.
         Whatever was applied stayed in effect until the end: that is what "kept" says."""
-        with self.lock:
-            exp = self.active
-            if exp is None:
-                return
-            applied = exp.measure_from is not None or bool(exp.trials)
-            exp.state, exp.kept = "incomplete", applied and exp.state != "reverting"
-            exp.error = "the run ended before the measurement finished"
-            self.active = None
-            self.done(exp.result())
+        exp = self.active
+        if exp is None:
+            return
+        applied = exp.measure_from is not None or bool(exp.trials)
+        exp.state, exp.kept = INCOMPLETE, applied and exp.state != REVERTING
+        exp.error = "the run ended before the measurement finished"
+        self.active = None
+        self.done(exp.result())
 
     def _settle(self, exp: Experiment) -> None:
         params = exp.best()[0]
         verdict = exp.verdict()
         keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
         if not keep:
-            exp.kept, exp.state = False, "reverting"
+            exp.kept, exp.state = False, REVERTING
             exp.measure_from = None
             self.send({"t": "revert", "exp": exp.exp})
             return
         exp.kept, exp.final_params = True, params
         if params is not exp.current or exp.error:
-            exp.state = "finalizing"
+            exp.state = FINALIZING
             self._apply(exp, params)
             return
-        exp.state = "kept"
+        exp.state = KEPT
         self._conclude(exp)
 
     def _conclude(self, exp: Experiment) -> None:
-        if exp.state == "finalizing":
-            exp.state = "kept"
+        if exp.state == FINALIZING:
+            exp.state = KEPT
         self.active = None
         self.done(exp.result())

@@ -17,28 +17,25 @@ STATUS_EVERY = 3.0
 STATUS_WINDOW = 50
 
 
-def status_line(session) -> str:
-    rows = session.rows()
-    state = session.state
-    with session.lock:
-        rank0 = state.ranks.get(0)
-        steps = rank0.steps if rank0 else 0
-        gpu = state.gpu[-1] if state.gpu else None
-        applying = [a for a in state.advice.values() if a.get("status") == APPLYING]
-        applied = list(state.applied)
-        count = first_count(state.events)
-        facts = dict(state.facts)
+def status_line(view) -> str:
+    """The line for a session's ``view`` (fastmon.live_state.LiveView)."""
+    rank0 = view.rank(0)
+    steps, rows = rank0.steps, rank0.rows
+    gpu = view.gpu[-1] if view.gpu else None
+    applying = [a for a in view.advice if a.get("status") == APPLYING]
+    count = first_count(view.events)
     if not steps:
         # "0.0 steps/s" while the script imports and loads its data reads like a stall
         return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
-    window = Window.from_rows(recent(current_rows(rows, applied, session.left_out_steps()), STATUS_WINDOW))
+    window = Window.from_rows(recent(current_rows(list(rows), list(view.applied), rank0.left_out), STATUS_WINDOW))
     shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
     parts = [f"[fastmon] step {steps}", f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]
     if shares:
         parts.append(shares)
     if gpu:
         parts.append("GPU " + " ".join(f"{d.get('util')}%" for d in gpu))
-    compute = flops_figures(count, counted_samples(count, rows), window.steps_per_s, window.samples_per_s, facts)
+    compute = flops_figures(count, counted_samples(count, rows), window.steps_per_s, window.samples_per_s,
+                            view.facts)
     if compute["tflops_per_s"] is not None:
         parts.append(si(compute["tflops_per_s"] * 1e12, "FLOP/s")
                      + (f" MFU {compute['mfu']:.1%}" if compute["mfu"] is not None else ""))
@@ -65,7 +62,7 @@ class StatusPrinter:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             try:
-                sys.stderr.write(("" if self.session.output.line_ended else "\n") + status_line(self.session) + "\n")
+                sys.stderr.write(("" if self.session.output.line_ended else "\n") + status_line(self.session.view) + "\n")
                 for line in self._advice_news() + self._event_news():
                     sys.stderr.write(line + "\n")
                 sys.stderr.flush()
@@ -74,24 +71,22 @@ class StatusPrinter:
                 pass
 
     def _event_news(self) -> list[str]:
-        with self.session.lock:
-            events = self.session.state.events[self._seen_events:]
-            self._seen_events += len(events)
+        events = self.session.view.events[self._seen_events:]
+        self._seen_events += len(events)
         return ([f"[fastmon] {line}" for e in events if e.get("kind") == "profile" for line in profile_lines(e)]
                 + [f"[fastmon] {spawned_line(e)}" for e in events if e.get("kind") == "spawned_training"])
 
     def _advice_news(self) -> list[str]:
         out = []
-        with self.session.lock:
-            for advice in self.session.state.advice.values():
-                key = (advice["id"], advice.get("status"))
-                if key in self._seen_advice:
-                    continue
-                self._seen_advice.add(key)
-                if advice.get("status") == OPEN:
-                    gain = f" ({gain_text(advice['est_gain'])})" if advice.get("est_gain") else ""
-                    gain += " (a suggestion)" if advice.get("kind") == SUGGESTION else ""
-                    out.append(f"[fastmon] advice {advice['id']}: {advice['title']}{gain} — {advice['evidence']}")
-                elif advice.get("result"):
-                    out.append(f"[fastmon] {advice['id']}: {result_text(advice['result'])}")
+        for advice in self.session.view.advice:
+            key = (advice["id"], advice.get("status"))
+            if key in self._seen_advice:
+                continue
+            self._seen_advice.add(key)
+            if advice.get("status") == OPEN:
+                gain = f" ({gain_text(advice['est_gain'])})" if advice.get("est_gain") else ""
+                gain += " (a suggestion)" if advice.get("kind") == SUGGESTION else ""
+                out.append(f"[fastmon] advice {advice['id']}: {advice['title']}{gain} — {advice['evidence']}")
+            elif advice.get("result"):
+                out.append(f"[fastmon] {advice['id']}: {result_text(advice['result'])}")
         return out

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from fastmon.advisor import Window
-from fastmon.phases import COLUMN, PHASES
+from fastmon.phases import PHASES
 
 TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}  # name -> the package it needs
 LOG_EVERY = 5.0  # seconds between two points of each series
@@ -19,8 +19,6 @@ LOG_EVERY = 5.0  # seconds between two points of each series
 # pass before fastmon decides the script has none and opens a run of its own.
 WAIT_FOR_SCRIPT_STEPS = 120
 PREFIX = "fastmon/"
-
-_STEP = COLUMN["step"]
 
 
 def parse_log_to(text: str) -> list[str]:
@@ -185,10 +183,10 @@ class TrackerLog:
         self.last_step = 0
 
     def tick(self, rows: list, gpus, compute: dict, trackers: dict, final: bool = False) -> None:
-        rows = [r for r in rows if r[_STEP] > self.last_step]
+        rows = [r for r in rows if r.step > self.last_step]
         if rows:
-            self.points.append((rows[-1][_STEP], figures(rows, gpus, compute)))
-            self.last_step = rows[-1][_STEP]
+            self.points.append((rows[-1].step, figures(rows, gpus, compute)))
+            self.last_step = rows[-1].step
         waited = final or self.last_step >= WAIT_FOR_SCRIPT_STEPS
         for target in list(self.targets):
             try:

@@ -1,4 +1,7 @@
-"""Phase names shared by the probe, the monitor and the advisor (no imports)."""
+"""Phase names and the step row, shared by the probe, the monitor and the advisor (no
+imports of fastmon's)."""
+
+from typing import NamedTuple
 
 # comm: time in torch.distributed collectives; always 0 in a single-process run.
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "sync", "comm", "other")
@@ -18,3 +21,34 @@ STEP_FIELDS = (
     "micro_batches", "timed",
 )
 COLUMN = {name: i for i, name in enumerate(STEP_FIELDS)}  # a step row's field -> its position
+
+
+class StepRow(NamedTuple):
+    """One step of one rank, as recorded (a row of the run file's ``steps`` table)."""
+
+    rank: int
+    step: int
+    t_end: float
+    wall: float
+    data_wait: float | None
+    h2d: float | None
+    forward: float | None
+    backward: float | None
+    optimizer: float | None
+    sync: float | None
+    comm: float | None
+    other: float | None
+    samples: int
+    mem_alloc: int | None
+    mem_reserved: int | None
+    mem_peak: int | None
+    h2d_bytes: int | None
+    h2d_pageable_bytes: int | None
+    sync_calls: int | None
+    eval_forwards: int | None
+    eval_grad_forwards: int | None
+    micro_batches: int | None
+    timed: int
+
+
+assert StepRow._fields == STEP_FIELDS

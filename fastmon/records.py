@@ -11,7 +11,7 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.phases import PHASES, STEP_FIELDS, StepRow
 from fastmon.verdicts import STATUSES, advice_status
 
 FLUSH_EVERY = 0.5
@@ -199,11 +199,11 @@ def _json(text, where: str):
         raise DamagedRecord(f"a damaged value in {where} ({exc})") from None
 
 
-def _checked(rows: list[tuple]) -> list[tuple]:
+def _checked(rows: list[tuple]) -> list[StepRow]:
     for row in rows:  # rank, step, end time and wall time: written for every step
         if not all(isinstance(v, (int, float)) for v in row[:4]):
             raise DamagedRecord(f"a damaged step row in steps ({row[:4]})")
-    return rows
+    return [StepRow._make(row) for row in rows]
 
 
 class RunRecord:
@@ -239,14 +239,14 @@ class RunRecord:
     def meta(self) -> dict:
         return {k: _json(v, f"meta {k!r}") for k, v in self.db.execute("SELECT key, value FROM meta")}
 
-    def steps(self, rank: int | None = None) -> list[tuple]:
+    def steps(self, rank: int | None = None) -> list[StepRow]:
         if rank is None:
             rows = self.db.execute(f"SELECT {self._steps} FROM steps ORDER BY rank, step").fetchall()
         else:
             rows = self.db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? ORDER BY step", (rank,)).fetchall()
         return _checked(rows)
 
-    def steps_upto(self, rank: int, step: int, count: int) -> list[tuple]:
+    def steps_upto(self, rank: int, step: int, count: int) -> list[StepRow]:
         """The last ``count`` steps of ``rank`` up to ``step``, in step order."""
         rows = self.db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND step<=? ORDER BY step DESC LIMIT ?",
                                (rank, step, count)).fetchall()
@@ -257,7 +257,7 @@ class RunRecord:
         for row in self.db.execute(f"SELECT {self._steps} FROM steps ORDER BY rank, step"):
             yield from _checked([row])
 
-    def step_columns(self, rank: int) -> tuple[range | list[int], list[float], tuple[int, list], list[tuple]]:
+    def step_columns(self, rank: int) -> tuple[range | list[int], list[float], tuple[int, list], list[StepRow]]:
         """One rank's steps and walls in step order, its samples (the usual count and the
         (step, count) pairs that differ) and its timed rows: a column at a time, so a million
         steps need no million row tuples (``StepTable``)."""
@@ -284,7 +284,7 @@ class RunRecord:
                            "ORDER BY step", (rank, middle)).fetchall()
         timed = db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND timed=1 ORDER BY step",
                            (rank,)).fetchall()
-        return steps, walls, (middle, other), timed
+        return steps, walls, (middle, other), _checked(timed)
 
     def step_span(self, rank: int, first: int, last: int) -> tuple[float, float] | None:
         """From the start of step ``first`` to the end of step ``last``."""

@@ -6,7 +6,7 @@ import signal
 
 from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
 from fastmon.phases import PHASES
-from fastmon.verdicts import is_recommended, rates_text, result_text
+from fastmon.verdicts import ExperimentState, is_recommended, rates_text, result_text
 
 
 def mib(n) -> str:
@@ -226,7 +226,7 @@ def format_text(s: dict) -> str:
         lines.append("  applied live:")
         for a in s["applied"]:
             lines.append(f"   • {a['id']} {a.get('params')} at step {a['step']}: {rates_text(a)} — {result_text(a)}"
-                         + (f" ({a['error']})" if a.get("error") and a.get("state") not in ("failed", "incomplete")
+                         + (f" ({a['error']})" if a.get("error") and a.get("state") not in (ExperimentState.FAILED, ExperimentState.INCOMPLETE)
                             else ""))
     if s["permanent_changes"]:
         lines.append("")

@@ -1,8 +1,9 @@
 """The monitor-side session: spawn the training process, own the channel, record the
 run, sample the host and GPUs, run the advisor and the hot-apply experiments.
 
-The screens (headless printer, TUI) read ``session.state`` on their own timers: high-rate
-step records are never pushed at them one by one.
+Every change to the run's state runs on one thread (fastmon.state_owner); the screens
+(headless printer, TUI) read ``session.view``, the immutable view it publishes, on their
+own timers, and call ``apply``, ``dismiss``, ``profile`` as commands to that thread.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
-from fastmon.phases import COLUMN
+from fastmon.live_state import LiveState, LiveView, RankState
 from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.sample_count import samples_in_first
@@ -32,11 +33,11 @@ from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.script_output import ScriptOutput
 from fastmon.step_events import StepAssembler
 from fastmon.loggers import LOG_EVERY, TrackerLog
-from fastmon.summary import counted_samples, first_count, flops_figures, rates
+from fastmon.state_owner import Busy, StateOwner
+from fastmon.summary import counted_samples, first_count, flops_figures
 from fastmon.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.wire import SEND_EVERY
 
-HISTORY = 20_000  # step rows kept in memory per rank for the screens
 ADVISOR_WINDOW = 200  # steps the advisor looks at
 ADVISE_EVERY = 1.0
 PROFILE_STEPS = 5  # steps in a torch.profiler capture unless asked otherwise
@@ -47,8 +48,6 @@ MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representativ
 # monitor knows; a command is read as it arrives, and taken at the next step's end.
 SYNC_AHEAD_SECONDS = SEND_EVERY + 0.5
 SYNC_AHEAD_MIN_STEPS = 3
-
-_RANK, _WALL, _STEP, _SAMPLES = COLUMN["rank"], COLUMN["wall"], COLUMN["step"], COLUMN["samples"]
 
 
 @dataclass
@@ -65,69 +64,27 @@ class RunOptions:
     python: str = sys.executable
 
 
-@dataclass
-class RankState:
-    rows: collections.deque = field(default_factory=lambda: collections.deque(maxlen=HISTORY))
-    steps: int = 0
-    samples: int = 0
-    wall: float = 0.0
-    # the start-up steps (``summary.steady_left_out``): step -> (wall, samples)
-    left_out: dict = field(default_factory=dict)
-
-    def leave_out(self, row) -> None:
-        self.left_out[row[_STEP]] = (row[_WALL], row[_SAMPLES])
-
-    def steady_rates(self) -> dict:
-        """The steady run's rates, as the report computes them from the record."""
-        if self.steps <= len(self.left_out):
-            return rates(self.steps, self.samples, self.wall)
-        return rates(self.steps - len(self.left_out), self.samples - sum(n for _, n in self.left_out.values()),
-                     self.wall - sum(w for w, _ in self.left_out.values()))
-
-
-@dataclass
-class LiveState:
-    status: str = "starting"  # starting, running, finished, crashed, detached
-    exit_code: int | None = None
-    started: float = field(default_factory=time.time)
-    ended: float | None = None
-    ranks: dict = field(default_factory=dict)  # rank -> RankState
-    facts: dict = field(default_factory=dict)
-    events: list = field(default_factory=list)
-    host: dict = field(default_factory=dict)
-    gpu: collections.deque = field(default_factory=lambda: collections.deque(maxlen=600))
-    gpu_note: str = ""
-    advice: dict = field(default_factory=dict)  # id -> advice dict with "status"
-    applied: list = field(default_factory=list)
-    output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=5000))
-    output_seq: int = 0
-    dropped: int = 0
-
-
 class Session:
     def __init__(self, options: RunOptions, passthrough: bool = False) -> None:
         self.options = options
         self._passthrough = passthrough
         self.output: ScriptOutput | None = None
-        self.state = LiveState()
-        self.lock = threading.RLock()
-        self._advise_lock = threading.Lock()  # the advisor's thread, and finish() for a last look
+        # Written only by the owner's thread (its work is the methods named _take_* and
+        # _*_command below, and the advisor); everyone else reads self.view.
+        self._state = LiveState()
+        self.view: LiveView = self._state.view()
+        self._owner = StateOwner(self._publish, self._owner_error)
+        self._owner.every(ADVISE_EVERY, self._advise)
+        self._failures: collections.Counter = collections.Counter()  # the owner's work that raised, by name
         self.proc: subprocess.Popen | None = None
         self.run_dir: Path | None = None
         self.recorder: Recorder | None = None
         self.channel: ChannelServer | None = None
         self.gpu = GpuSampler()
-        self.state.gpu_note = self.gpu.note
-        self.experiments = ExperimentRunner(self._send_control, self._experiment_done, self.lock)
+        self.experiments = ExperimentRunner(self._send_control, self._experiment_done)
         self._assemblers: dict[int, StepAssembler] = {}  # rank -> its step rows from its event log
         self.dismissed: set[str] = set()
         self.tried: set[str] = set()
-        self.profiling = False  # a torch.profiler capture asked for or running
-        # The steps captured: slower under the profiler, so no advisor window and no
-        # experiment's measurement counts them.
-        self.captured: list[range] = []
-        # steps that ran slower than training (torch.compile compiled, a FLOP count): start-up, not training
-        self.slowed: list[range] = []
         self.worker_pids: dict[int, set[int]] = {}  # each rank's DataLoader workers
         self.steps_made: dict[int, int] = {}  # each rank's steps, as its probe counted them at the end
         self.host: HostSampler | None = None
@@ -164,10 +121,10 @@ class Session:
     def start(self) -> None:
         self.run_dir = new_run_dir(self.options.runs_dir, self.script_name)
         self.recorder = Recorder(self.run_dir, on_error=self._record_error)
-        self.channel = ChannelServer(self._on_message)
+        self.channel = ChannelServer(lambda message: self._owner.post(self._take_message, message))
         self.channel.start()
         meta = {"target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
-                "started": self.state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
+                "started": self._state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
                 "gpu_note": self.gpu.note, "script": " ".join(self.options.target),
                 "profile_at": self.options.profile_at,
                 # what `fastmon compare` names when two runs' environments differ
@@ -193,10 +150,11 @@ class Session:
             os.close(out_write)
             os.close(err_write)
         self.output = ScriptOutput(self.run_dir, self._on_output, self._ask_to_close_output, self.passthrough)
-        self.state.status = "running"
+        self._state.status = "running"
+        self._publish()  # no other thread writes yet
+        self._owner.start()
         self.output.start({"stdout": out_read, "stderr": err_read})
         self._spawn(self._sample_loop)
-        self._spawn(self._advise_loop)
         if self.options.log_to:
             self.tracker_log = TrackerLog(list(self.options.log_to), self.run_dir, self._notice)
             self._spawn(self._log_loop)
@@ -204,14 +162,12 @@ class Session:
     def _record_error(self, message: str | None) -> None:
         """The run file cannot be written (a full disk), or can again (None)."""
         text = f"[fastmon] {message}" if message else "[fastmon] the run file can be written again: recording resumes"
-        with self.lock:
-            self.state.events.append({"kind": "record_error", "message": text})
+        self._owner.post(self._state.events.append, {"kind": "record_error", "message": text})
         self._say(text)
 
     def _notice(self, message: str) -> None:
         """A line for the user that is not the script's: recorded, and said where output passes."""
-        with self.lock:
-            self.state.events.append({"kind": "notice", "message": message})
+        self._owner.post(self._state.events.append, {"kind": "notice", "message": message})
         self.recorder.put("events", (time.time(), 0, None, "notice", json.dumps({"message": message})))
         self._say(f"[fastmon] {message}")
 
@@ -228,12 +184,23 @@ class Session:
         thread.start()
         self._threads.append(thread)
 
+    # --- the owner's thread ------------------------------------------------------------
+    def _publish(self) -> None:
+        self.view = self._state.view()
+
+    def _owner_error(self, work: str, exc: BaseException) -> None:
+        """Work of the owner's that raised: counted, and kept as an event; the monitor goes on."""
+        self._failures[work] += 1
+        self._state.events.append({"kind": "monitor_error", "in": work, "error": repr(exc)})
+
     # --- inputs -----------------------------------------------------------------------
     def _on_output(self, stream: str, text: str) -> None:
         self.recorder.put("log", (time.time(), stream, text))
-        with self.lock:
-            self.state.output.append((stream, text))
-            self.state.output_seq += 1
+        self._owner.post(self._take_output, stream, text)
+
+    def _take_output(self, stream: str, text: str) -> None:
+        self._state.output.append((stream, text))
+        self._state.output_seq += 1
 
     def _ask_to_close_output(self, stream: str) -> bool | None:
         """The trainer holds a copy of the stream's read end (not under torchrun): ask it to
@@ -243,69 +210,69 @@ class Session:
             return None
         return self.channel.send({"t": "output_closed", "stream": stream}) > 0
 
-    def _on_message(self, message: dict) -> None:
+    def _take_message(self, message: dict) -> None:
         kind = message.get("t")
         rec = self.recorder
-        with self.lock:
-            state = self.state
-            if kind == "events":
-                for row in self._assemble(message):
-                    rank_state = state.ranks.setdefault(row[_RANK], RankState())
-                    if not rank_state.steps or (row[_RANK] == 0 and any(row[_STEP] in r for r in self.slowed)):
-                        rank_state.leave_out(row)
-                    rank_state.rows.append(row)
-                    rank_state.steps += 1
-                    rank_state.samples += row[_SAMPLES]
-                    rank_state.wall += row[_WALL]
-                    rec.put("steps", tuple(row))
-            elif kind == "device":
-                rec.put("device_steps", tuple(message.get(f) for f in DEVICE_FIELDS))
-                self._note_device_busy(message)
-            elif kind == "fact":
-                state.facts[message["key"]] = message["value"]
-                if message["key"] == "dataloader.worker_pids":
-                    self.worker_pids[message.get("rank", 0)] = set(message["value"])
-                    if self.host is not None:
-                        self.host.worker_pids = set().union(*self.worker_pids.values())
-                rec.put("facts", (time.time(), message.get("rank", 0), message["key"], json.dumps(message["value"])))
-            elif kind == "event":
-                state.events.append(message)
-                if message["kind"] == "profile_started":
-                    self.profiling = True
-                    self.captured.append(range(message["first"], message["first"] + message["steps"]))
-                elif message.get("rank", 0) == 0 and (message["kind"] == "compiled" or (
-                        message["kind"] == "flops" and "seconds" in message)):
-                    self.slowed.append(range(message["from_step"], message["to_step"] + 1))
-                    rank0 = state.ranks.get(0)
-                    for row in rank0.rows if rank0 else ():
-                        if row[_STEP] in self.slowed[-1]:
-                            rank0.leave_out(row)
-                elif message["kind"] == "profile":
-                    # Until its tables were done the training shared the process with them: those
-                    # steps are left out too.
-                    self.profiling = False
-                    if self.captured and self.captured[-1].start == message["first"]:
-                        self.captured[-1] = range(message["first"], max(message["step"] + 1, self.captured[-1].stop))
-                data = {k: v for k, v in message.items() if k not in ("t", "kind", "rank", "step")}
-                rec.put("events", (time.time(), message.get("rank", 0), message.get("step"), message["kind"],
-                                   json.dumps(data, default=str)))
-            elif kind in ("applied", "reverted"):
-                rec.put("events", (time.time(), 0, message.get("step"), kind, json.dumps(message, default=str)))
-                self.experiments.on_ack(message)
-            elif kind == "output_closed":
-                self.output.closed_by_trainer(message.get("stream"))
-            elif kind == "bye":
-                state.dropped += int(message.get("dropped", 0))
-                self.steps_made[message.get("rank", 0)] = message.get("steps")
-                rec.meta("dropped", state.dropped)
+        state = self._state
+        if kind == "events":
+            for row in self._assemble(message):
+                rank_state = state.ranks.setdefault(row.rank, RankState())
+                rank_state.add(row, start_up=not rank_state.steps or (
+                    row.rank == 0 and any(row.step in r for r in state.slowed)))
+                rec.put("steps", row)
+        elif kind == "device":
+            rec.put("device_steps", tuple(message.get(f) for f in DEVICE_FIELDS))
+            self._note_device_busy(message)
+        elif kind == "fact":
+            state.facts[message["key"]] = message["value"]
+            if message["key"] == "dataloader.worker_pids":
+                self.worker_pids[message.get("rank", 0)] = set(message["value"])
+                if self.host is not None:
+                    self.host.worker_pids = set().union(*self.worker_pids.values())
+            rec.put("facts", (time.time(), message.get("rank", 0), message["key"], json.dumps(message["value"])))
+        elif kind == "event":
+            state.events.append(message)
+            self._take_event(message)
+            data = {k: v for k, v in message.items() if k not in ("t", "kind", "rank", "step")}
+            rec.put("events", (time.time(), message.get("rank", 0), message.get("step"), message["kind"],
+                               json.dumps(data, default=str)))
+        elif kind in ("applied", "reverted"):
+            rec.put("events", (time.time(), 0, message.get("step"), kind, json.dumps(message, default=str)))
+            self.experiments.on_ack(message)
+        elif kind == "output_closed":
+            self.output.closed_by_trainer(message.get("stream"))
+        elif kind == "bye":
+            state.dropped += int(message.get("dropped", 0))
+            self.steps_made[message.get("rank", 0)] = message.get("steps")
+            rec.meta("dropped", state.dropped)
+
+    def _take_event(self, event: dict) -> None:
+        """The steps an event says are not training: a capture's, compiling, a FLOP count."""
+        state = self._state
+        if event["kind"] == "profile_started":
+            state.capturing = True
+            state.captured.append(range(event["first"], event["first"] + event["steps"]))
+        elif event.get("rank", 0) == 0 and (event["kind"] == "compiled" or (
+                event["kind"] == "flops" and "seconds" in event)):
+            state.slowed.append(range(event["from_step"], event["to_step"] + 1))
+            rank0 = state.ranks.get(0)
+            for row in rank0.rows if rank0 else ():
+                if row.step in state.slowed[-1]:
+                    rank0.leave_out(row)
+        elif event["kind"] == "profile":
+            # Until its tables were done the training shared the process with them: those
+            # steps are left out too.
+            state.capturing = False
+            if state.captured and state.captured[-1].start == event["first"]:
+                state.captured[-1] = range(event["first"], max(event["step"] + 1, state.captured[-1].stop))
 
     def _samples_of(self, loader_index: int, batches: int) -> int | None:
         """Samples in the first ``batches`` of an epoch of loader ``loader_index``, from its
-        fact (``fastmon.sample_count``); called under the lock, from ``_assemble``."""
-        loader = self.state.facts.get(f"loader.L{loader_index}") or {}
+        fact (``fastmon.sample_count``)."""
+        loader = self._state.facts.get(f"loader.L{loader_index}") or {}
         return samples_in_first(batches, loader.get("batch_size"), loader.get("epoch_samples"))
 
-    def _assemble(self, message: dict) -> list[list]:
+    def _assemble(self, message: dict) -> list:
         rank = message["rank"]
         assembler = self._assemblers.get(rank)
         if assembler is None:
@@ -314,20 +281,20 @@ class Session:
         rows = assembler.feed(message["log"], message["perf0"], message["wall0"],
                               gap=message.get("gap", False))
         if assembler.dropped != lost:
-            self.state.dropped += assembler.dropped - lost
-            self.recorder.meta("dropped", self.state.dropped)
+            self._state.dropped += assembler.dropped - lost
+            self.recorder.meta("dropped", self._state.dropped)
         return rows
 
     def _note_device_busy(self, row: dict) -> None:
         wall = None
-        rank_state = self.state.ranks.get(row.get("rank", 0))
+        rank_state = self._state.ranks.get(row.get("rank", 0))
         if rank_state and rank_state.rows:
-            wall = rank_state.rows[-1][_WALL]
+            wall = rank_state.rows[-1].wall
         busy = sum(row.get(k) or 0 for k in ("device_forward", "device_backward", "device_optimizer"))
         if wall:
-            previous = self.state.facts.get("device.busy_fraction")
+            previous = self._state.facts.get("device.busy_fraction")
             value = min(busy / wall, 1.0)
-            self.state.facts["device.busy_fraction"] = value if previous is None else 0.9 * previous + 0.1 * value
+            self._state.facts["device.busy_fraction"] = value if previous is None else 0.9 * previous + 0.1 * value
 
     def _sample_loop(self) -> None:
         host = self.host = HostSampler(self.proc.pid, launcher=self.options.torchrun is not None)
@@ -343,37 +310,18 @@ class Session:
             self.recorder.put("samples", (now, "host", json.dumps(sample)))
             if gpus:
                 self.recorder.put("samples", (now, "gpu", json.dumps(gpus)))
-            with self.lock:
-                self.state.host = sample
-                if gpus:
-                    self.state.gpu.append(gpus)
+            self._owner.post(self._take_sample, sample, gpus)
 
-    # --- advisor and experiments -------------------------------------------------------
-    def facts(self) -> Facts:
-        with self.lock:
-            return Facts(values=dict(self.state.facts, script=" ".join(self.options.target)),
-                         events=list(self.state.events), gpu=list(self.state.gpu)[-20:],
-                         host_cpu_count=os.cpu_count() or 1, ranks=max(len(self.state.ranks), 1))
+    def _take_sample(self, sample: dict, gpus: list) -> None:
+        self._state.host = sample
+        if gpus:
+            self._state.gpu.append(gpus)
 
-    def rows(self, rank: int = 0) -> list:
-        with self.lock:
-            rank_state = self.state.ranks.get(rank)
-            return list(rank_state.rows) if rank_state else []
-
-    def left_out_steps(self, rank: int = 0) -> set[int]:
-        """The rank's start-up steps, left out of the steady run."""
-        with self.lock:
-            rank_state = self.state.ranks.get(rank)
-            return set(rank_state.left_out) if rank_state else set()
-
-    def measured_rows(self) -> list:
-        """Rank 0's rows without the steps a torch.profiler capture slowed or that compiled."""
-        rows = self.rows()
-        with self.lock:
-            left_out = {step for steps in (*self.captured, *self.slowed) for step in steps}
-        if not left_out:
-            return rows
-        return [r for r in rows if r[_STEP] not in left_out]
+    # --- advisor and experiments (on the owner's thread) -------------------------------
+    def _facts(self) -> Facts:
+        state = self._state
+        return Facts(values=dict(state.facts, script=" ".join(self.options.target)), events=list(state.events),
+                     gpu=list(state.gpu)[-20:], host_cpu_count=os.cpu_count() or 1, ranks=max(len(state.ranks), 1))
 
     def _log_loop(self) -> None:
         while not self._stop.wait(LOG_EVERY):
@@ -382,54 +330,37 @@ class Session:
     def _log_tick(self, final: bool = False) -> None:
         """The steps since the last point, and what tells the trackers where to write."""
         with self._tracker_lock:
-            log = self.tracker_log
-            left_out = self.left_out_steps()
-            rows = [r for r in self.measured_rows() if r[_STEP] > log.last_step and r[_STEP] not in left_out]
-            with self.lock:
-                gpus = self.state.gpu[-1] if self.state.gpu else None
-                count, facts = first_count(self.state.events), dict(self.state.facts)
+            log, view = self.tracker_log, self.view
+            left_out = view.rank(0).left_out
+            rows = [r for r in view.measured_rows() if r.step > log.last_step and r.step not in left_out]
+            count, facts = first_count(view.events), view.facts
             window = Window.from_rows(rows)
             compute = flops_figures(count, counted_samples(count, rows), window.steps_per_s, window.samples_per_s,
                                     facts) if rows else {}
-            log.tick(rows, gpus, compute, facts.get("trackers") or {}, final)
-
-    def _advise_loop(self) -> None:
-        while not self._stop.wait(ADVISE_EVERY):
-            try:
-                self.advise_once()
-            except Exception as exc:
-                with self.lock:
-                    self.state.events.append({"kind": "advisor_error", "error": repr(exc)})
-
-    def advise_once(self) -> None:
-        with self._advise_lock:
-            self._advise()
+            log.tick(rows, view.gpu[-1] if view.gpu else None, compute, facts.get("trackers") or {}, final)
 
     def _advise(self) -> None:
-        rows = self.measured_rows()
+        rows = self._state.measured_rows()
         usable = rows[MIN_ADVISE_STEPS:] if len(rows) > MIN_ADVISE_STEPS * 2 else []
-        with self.lock:
-            startups = startup_steps(self._training_loader())
-        self.experiments.tick(rows, startups)
+        self.experiments.tick(rows, startup_steps(self._training_loader()))
         if not usable:
             return
         window = Window.from_rows(recent(usable, ADVISOR_WINDOW))
-        found = advise(window, self.facts())
-        with self.lock:
-            for advice in found:
-                entry = self.state.advice.get(advice.id)
-                data = advice.to_dict()
-                if entry is None:
-                    data.update(status=OPEN, first_step=window.last_step)
-                    self.state.advice[advice.id] = data
-                elif entry["status"] == OPEN:  # once tried, its measured result stands
-                    entry.update(data)
-                else:
-                    continue
-                self.recorder.put("advice", (advice.id, time.time(), json.dumps(self.state.advice[advice.id])))
+        found = advise(window, self._facts())
+        for advice in found:
+            entry = self._state.advice.get(advice.id)
+            data = advice.to_dict()
+            if entry is None:
+                data.update(status=OPEN, first_step=window.last_step)
+                self._state.advice[advice.id] = data
+            elif entry["status"] == OPEN:  # once tried, its measured result stands
+                entry.update(data)
+            else:
+                continue
+            self.recorder.put("advice", (advice.id, time.time(), json.dumps(self._state.advice[advice.id])))
         if self.options.apply == "auto" and not self.experiments.busy:
             for advice in found:
-                if self._auto_allowed(advice.to_dict()) and self.apply(advice.id) is None:
+                if self._auto_allowed(advice.to_dict()) and self._apply_command(advice.id) is None:
                     break
 
     def _auto_allowed(self, advice: dict) -> bool:
@@ -439,75 +370,95 @@ class Session:
         # A rule's Apply says whether its change alters the maths; only those need the user's accept.
         return not apply.get("changes_maths") or advice["id"] in self.options.allow
 
-    def apply(self, advice_id: str) -> str | None:
-        """Start the advice's change as an experiment. None if started; else why not now."""
-        with self.lock:
-            advice = self.state.advice.get(advice_id)
-            if not advice or not advice.get("apply"):
-                return "it has no live change"
-            if self.state.status != "running":
-                return "the training has ended"
-            if self.experiments.busy:
-                return "another change is being measured; try again when it is done"
-            loader = self._training_loader()
-            epoch = epoch_for(advice, loader)
-            if self.experiments.start(advice, self.measured_rows(), warmup=warmup_for(advice, loader),
-                                      epoch=epoch, startups=startup_steps(loader)) is None:
-                return ("it is measured over whole epochs: an epoch's worth of steps first" if epoch
-                        else "no steps to compare with yet")
-            self.tried.add(advice_id)
-            advice["status"] = APPLYING
-            self.recorder.put("advice", (advice_id, time.time(), json.dumps(advice)))
-            return None
+    def _apply_command(self, advice_id: str) -> str | None:
+        advice = self._state.advice.get(advice_id)
+        if not advice or not advice.get("apply"):
+            return "it has no live change"
+        if advice["status"] != OPEN:
+            return f"it is {advice['status']} already"
+        if self._state.status != "running":
+            return "the training has ended"
+        if self.experiments.busy:
+            return "another change is being measured; try again when it is done"
+        loader = self._training_loader()
+        epoch = epoch_for(advice, loader)
+        if self.experiments.start(advice, self._state.measured_rows(), warmup=warmup_for(advice, loader),
+                                  epoch=epoch, startups=startup_steps(loader)) is None:
+            return ("it is measured over whole epochs: an epoch's worth of steps first" if epoch
+                    else "no steps to compare with yet")
+        self.tried.add(advice_id)
+        advice["status"] = APPLYING
+        self.recorder.put("advice", (advice_id, time.time(), json.dumps(advice)))
+        return None
 
-    def profile(self, steps: int = PROFILE_STEPS) -> str | None:
-        """Capture the next ``steps`` steps with torch.profiler (every rank the same ones).
-        None if asked; else why not now."""
-        with self.lock:
-            if self.state.status != "running" or not self.state.ranks:
-                return "no training steps to profile yet" if self.state.status == "running" else "the training has ended"
-            if self.profiling:
-                return "a capture is already under way"
-            self.profiling = True
+    def _profile_command(self, steps: int) -> str | None:
+        state = self._state
+        if state.status != "running" or not state.ranks:
+            return "no training steps to profile yet" if state.status == "running" else "the training has ended"
+        if state.capturing:
+            return "a capture is already under way"
+        state.capturing = True
         self._send_control({"t": "profile", "steps": steps})
         return None
 
+    def _dismiss_command(self, advice_id: str) -> None:
+        self.dismissed.add(advice_id)
+        if advice_id in self._state.advice:
+            self._state.advice[advice_id]["status"] = DISMISSED
+            self.recorder.put("advice", (advice_id, time.time(), json.dumps(self._state.advice[advice_id])))
+
     def _training_loader(self) -> dict:
         """The training loader's latest fact, {} before one is seen."""
-        return Facts(values=dict(self.state.facts)).training_loader() or {}
-
-    def dismiss(self, advice_id: str) -> None:
-        with self.lock:
-            self.dismissed.add(advice_id)
-            if advice_id in self.state.advice:
-                self.state.advice[advice_id]["status"] = DISMISSED
-                self.recorder.put("advice", (advice_id, time.time(), json.dumps(self.state.advice[advice_id])))
+        return Facts(values=dict(self._state.facts)).training_loader() or {}
 
     def _send_control(self, message: dict) -> None:
         if self.channel is None:
             return
-        with self.lock:
-            ranks = self.state.ranks
-            if len(ranks) > 1:
-                # Under DDP every rank applies the change at the same step, ahead of the
-                # furthest rank; a rank already past it refuses, and the experiment fails
-                # (and is undone everywhere) rather than split the ranks.
-                lead = max((rs for rs in ranks.values() if rs.rows), key=lambda rs: rs.rows[-1][_STEP])
-                recent = list(lead.rows)[-20:]
-                rate = len(recent) / max(sum(r[_WALL] for r in recent), 1e-6)
-                ahead = max(SYNC_AHEAD_MIN_STEPS, int(rate * SYNC_AHEAD_SECONDS) + 1)
-                message = dict(message, at_step=lead.rows[-1][_STEP] + ahead)
+        ranks = self._state.ranks
+        if len(ranks) > 1:
+            # Under DDP every rank applies the change at the same step, ahead of the
+            # furthest rank; a rank already past it refuses, and the experiment fails
+            # (and is undone everywhere) rather than split the ranks.
+            lead = max((rs for rs in ranks.values() if rs.rows), key=lambda rs: rs.rows[-1].step)
+            latest = list(lead.rows)[-20:]
+            rate = len(latest) / max(sum(r.wall for r in latest), 1e-6)
+            ahead = max(SYNC_AHEAD_MIN_STEPS, int(rate * SYNC_AHEAD_SECONDS) + 1)
+            message = dict(message, at_step=lead.rows[-1].step + ahead)
         self.channel.send(message)
 
     def _experiment_done(self, result: dict) -> None:
-        with self.lock:
-            self.state.applied.append(result)
-            self.recorder.put("applied", (result["exp"], time.time(), json.dumps(result)))
-            advice = self.state.advice.get(result["id"])
-            if advice is not None:
-                advice["status"] = advice_status(result)
-                advice["result"] = result
-                self.recorder.put("advice", (result["id"], time.time(), json.dumps(advice)))
+        self._state.applied.append(result)
+        self.recorder.put("applied", (result["exp"], time.time(), json.dumps(result)))
+        advice = self._state.advice.get(result["id"])
+        if advice is not None:
+            advice["status"] = advice_status(result)
+            advice["result"] = result
+            self.recorder.put("advice", (result["id"], time.time(), json.dumps(advice)))
+
+    # --- commands (any thread: run on the owner's) --------------------------------------
+    def _command(self, work, *args) -> str | None:
+        try:
+            return self._owner.ask(work, *args)
+        except Busy:
+            return "the monitor is busy; try again"
+        except Exception as exc:  # kept as a monitor_error event by the owner; the screen says it
+            return f"it failed ({type(exc).__name__}: {exc})"
+
+    def apply(self, advice_id: str) -> str | None:
+        """Start the advice's change as an experiment. None if started; else why not now."""
+        return self._command(self._apply_command, advice_id)
+
+    def profile(self, steps: int = PROFILE_STEPS) -> str | None:
+        """Capture the next ``steps`` steps with torch.profiler (every rank the same ones).
+        None if asked; else why not now."""
+        return self._command(self._profile_command, steps)
+
+    def dismiss(self, advice_id: str) -> None:
+        self._command(self._dismiss_command, advice_id)
+
+    def advise_once(self) -> None:
+        """A look by the advisor now (and a tick of the experiment under way)."""
+        self._command(self._advise)
 
     # --- the end ----------------------------------------------------------------------
     def wait(self) -> int:
@@ -515,10 +466,10 @@ class Session:
         threads (the dashboard's worker and the launcher): the first one finishes."""
         code = self.proc.wait()
         with self._finish_lock:
-            if self.state.ended is None:
+            if self._state.ended is None:
                 self.output.wait_after_exit()  # everything printed is kept
                 self.finish(code)
-        return self.state.exit_code
+        return self.view.exit_code
 
     def finish(self, code: int) -> int:
         time.sleep(0.05)
@@ -527,33 +478,34 @@ class Session:
             deadline = time.monotonic() + 2.0
             while self.channel.open_connections and time.monotonic() < deadline:
                 time.sleep(0.02)
-        try:
-            self.advise_once()
-        except Exception:
-            pass
+        self.advise_once()  # what the last messages showed
         if self.tracker_log is not None:
             try:
                 self._log_tick(final=True)
             except Exception as exc:  # the record's end comes first
                 self._notice(f"--log-to: the last point was not sent: {type(exc).__name__}: {exc}")
             self.tracker_log.close()
-        self.experiments.end_of_run()
-        with self.lock:
-            self.state.exit_code = exit_status(code)
-            self.state.status = "finished" if code == 0 else "crashed"
-            self.state.ended = time.time()
-        self.recorder.meta("exit_code", self.state.exit_code)
-        self.recorder.meta("ended", self.state.ended)
-        self.recorder.meta("dropped", self.state.dropped + self.recorder.dropped_steps)
+        self._command(self._end_command, code)
+        self._owner.stop()  # what was posted so far is taken; nothing later is
+        state = self._state
+        self.recorder.meta("exit_code", state.exit_code)
+        self.recorder.meta("ended", state.ended)
+        self.recorder.meta("dropped", state.dropped + self.recorder.dropped_steps)
         self.recorder.meta("steps_made", self.steps_made)
         if self.channel is not None:
-            self.recorder.meta("channel", {"refused": self.channel.refused,
-                                           "failed_messages": self.channel.failed_messages})
+            self.recorder.meta("channel", {"refused": self.channel.refused, "failed_messages":
+                                           self.channel.failed_messages + self._failures["_take_message"]})
         self.recorder.meta("output", self.output.close())
         self.recorder.close()
         if self.channel is not None:
             self.channel.close()
-        return self.state.exit_code
+        return state.exit_code
+
+    def _end_command(self, code: int) -> None:
+        self.experiments.end_of_run()
+        self._state.exit_code = exit_status(code)
+        self._state.status = "finished" if code == 0 else "crashed"
+        self._state.ended = time.time()
 
     def interrupt(self) -> None:
         """Ctrl-C for the training process (as if typed in its terminal)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from array import array
 
-from fastmon.phases import BACKWARD, COLUMN, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, STEP_FIELDS, SYNC
+from fastmon.phases import BACKWARD, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, SYNC, StepRow
 from fastmon.sample_count import LoaderReadings, SamplesOf
 from fastmon.untimed_samples import UntimedSamples
 
@@ -56,10 +56,12 @@ ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, 
          COMM_TAIL: 2, RESUMED: 2, **{ENTER + p: 2 for p in range(len(PHASES))}}
 
 NS = 1e-9
+UNTIMED_PHASES = (None,) * len(PHASES)  # an untimed step's phases and per-step counts: not measured
+UNTIMED_COUNTS = (None,) * 9
 
 
 class StepAssembler:
-    """One rank's step rows (``STEP_FIELDS``, seconds) from its probe's event log."""
+    """One rank's step rows (``StepRow``, seconds) from its probe's event log."""
 
     def __init__(self, rank: int, samples_of: SamplesOf | None = None) -> None:
         self.rank = rank
@@ -199,23 +201,16 @@ class StepAssembler:
         if self._next_step is not None and step > self._next_step:
             self.dropped += step - self._next_step
         if self.complete:
-            row = [None] * len(STEP_FIELDS)
-            row[0:4] = [self.rank, step, wall0 + (t - perf0) * NS, (t - self.step_start - acc[IDLE]) * NS]
-            row[COLUMN["timed"]] = int(timed)
+            head = (self.rank, step, wall0 + (t - perf0) * NS, (t - self.step_start - acc[IDLE]) * NS)
             if timed:
-                self._untimed_samples.timed(step, self.samples if delivered is None else delivered)
-                row[4:4 + len(PHASES)] = [v * NS for v in acc[:IDLE]]
-                row[COLUMN["samples"]] = self.samples if delivered is None else delivered
-                row[COLUMN["mem_alloc"]], row[COLUMN["mem_reserved"]], row[COLUMN["mem_peak"]] = self.memory
-                row[COLUMN["h2d_bytes"]] = self.h2d_bytes
-                row[COLUMN["h2d_pageable_bytes"]] = self.h2d_pageable_bytes
-                row[COLUMN["sync_calls"]] = self.sync_calls
-                row[COLUMN["eval_forwards"]] = self.eval_forwards
-                row[COLUMN["eval_grad_forwards"]] = self.eval_grad_forwards
-                row[COLUMN["micro_batches"]] = self.micro_batches
+                samples = self.samples if delivered is None else delivered
+                self._untimed_samples.timed(step, samples)
+                rows.append(StepRow(*head, *(v * NS for v in acc[:IDLE]), samples, *self.memory, self.h2d_bytes,
+                                    self.h2d_pageable_bytes, self.sync_calls, self.eval_forwards,
+                                    self.eval_grad_forwards, self.micro_batches, 1))
             else:
-                row[COLUMN["samples"]] = self._untimed_samples.untimed(step) if delivered is None else delivered
-            rows.append(row)
+                samples = self._untimed_samples.untimed(step) if delivered is None else delivered
+                rows.append(StepRow(*head, *UNTIMED_PHASES, samples, *UNTIMED_COUNTS, 0))
         else:
             self.dropped += 1
         self.complete = True

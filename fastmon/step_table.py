@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from fastmon.advisor.window import Window
-from fastmon.phases import COLUMN
+from fastmon.phases import StepRow
 
 
 
@@ -44,14 +44,14 @@ class StepTable:
     steps: range | list[int]  # a range where no step is missing
     walls: list[float]
     samples: SampleColumn
-    timed: dict[int, tuple]  # position -> the step's whole row
+    timed: dict[int, StepRow]  # position -> the step's whole row
 
     @classmethod
     def from_rows(cls, rows) -> "StepTable":
         rows = list(rows)
-        return cls([r[COLUMN["step"]] for r in rows], [r[COLUMN["wall"]] for r in rows],
-                   SampleColumn.of([r[COLUMN["samples"]] or 0 for r in rows]),
-                   {i: r for i, r in enumerate(rows) if r[COLUMN["timed"]]})
+        return cls([r.step for r in rows], [r.wall for r in rows],
+                   SampleColumn.of([r.samples or 0 for r in rows]),
+                   {i: r for i, r in enumerate(rows) if r.timed})
 
     @classmethod
     def empty(cls) -> "StepTable":
@@ -63,7 +63,7 @@ class StepTable:
         table = cls(steps, walls, SampleColumn(usual, [], [], len(walls)), {})
         positions = [table.position(s) for s, _ in other]
         table.samples = SampleColumn(usual, positions, [n for _, n in other], len(walls))
-        table.timed = {table.position(r[COLUMN["step"]]): r for r in timed}
+        table.timed = {table.position(r.step): r for r in timed}
         return table
 
     def __len__(self) -> int:
@@ -77,7 +77,7 @@ class StepTable:
         p = self.position(step)
         return p < len(self) and self.steps[p] == step
 
-    def row(self, position: int) -> tuple | None:
+    def row(self, position: int) -> StepRow | None:
         """The whole row of a timed step."""
         return self.timed.get(position)
 

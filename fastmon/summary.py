@@ -82,7 +82,7 @@ def steady_left_out(table: StepTable, slowed: dict[int, str]) -> dict[int, str]:
 
 
 def first_step_why(row) -> str:
-    wall = row[COLUMN["wall"]] if row else 0
+    wall = row.wall if row else 0
     if wall <= 0:
         return "first step"
     big = sorted((p for p in PHASES if (row[COLUMN[p]] or 0) >= FIRST_STEP_NAMED_SHARE * wall),
@@ -98,13 +98,13 @@ def since_last_change(rows: list, applied: list[dict]) -> list:
     steps = [a["step"] for a in applied if a.get("kept")]
     if not steps:
         return rows
-    after = [r for r in rows if r[COLUMN["step"]] >= max(steps)]
-    return after if any(r[COLUMN["timed"]] for r in after) else rows
+    after = [r for r in rows if r.step >= max(steps)]
+    return after if any(r.timed for r in after) else rows
 
 
 def current_rows(rows: list, applied: list[dict], left_out) -> list:
     """``since_last_change`` of the steady run's rows (the status line's recent steps)."""
-    return since_last_change([r for r in rows if r[COLUMN["step"]] not in left_out] or rows, applied)
+    return since_last_change([r for r in rows if r.step not in left_out] or rows, applied)
 
 
 def current_window(table: StepTable, applied: list[dict], left_out) -> Window:
@@ -206,8 +206,8 @@ def summarize(run_dir) -> dict:
 
 def _memory(table: StepTable, record: RunRecord) -> dict:
     rows = table.timed.values()  # an untimed step's row holds no memory figures
-    out = {"torch_peak_allocated": max((r[COLUMN["mem_peak"]] or 0 for r in rows), default=0),
-           "torch_peak_reserved": max((r[COLUMN["mem_reserved"]] or 0 for r in rows), default=0)}
+    out = {"torch_peak_allocated": max((r.mem_peak or 0 for r in rows), default=0),
+           "torch_peak_reserved": max((r.mem_reserved or 0 for r in rows), default=0)}
     rss = [sum(p["rss"] for p in s.get("processes", []) if p.get("role") == "trainer")
            for _, _, s in record.samples("host")]
     host = [s.get("processes", []) for _, _, s in record.samples("host")]
@@ -256,7 +256,7 @@ def first_count(events) -> dict | None:
 
 def counted_samples(count: dict | None, rows) -> int:
     """The samples of the step ``count`` ran in, where it is among ``rows``; else 0."""
-    return next((r[COLUMN["samples"]] or 0 for r in rows if count and r[COLUMN["step"]] == count["from_step"]), 0)
+    return next((r.samples or 0 for r in rows if count and r.step == count["from_step"]), 0)
 
 
 def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) -> dict:

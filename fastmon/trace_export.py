@@ -102,26 +102,26 @@ def _run_events(record: RunRecord, us, t0: float, host_pid: int, host_name: str)
     per_sample = {}
     for e in events:
         counted = record.steps_upto(e["rank"], e["from_step"], 1) if e["kind"] == "flops" and e.get("flops") else []
-        if counted and counted[0][COLUMN["step"]] == e["from_step"] and counted[0][COLUMN["samples"]]:
-            per_sample[e["rank"]] = e["flops"] / counted[0][COLUMN["samples"]]
+        if counted and counted[0].step == e["from_step"] and counted[0].samples:
+            per_sample[e["rank"]] = e["flops"] / counted[0].samples
     previous_end: dict[int, int] = {}  # rank -> its last slice's end
     for row in record.iter_steps():
-        rank, step, pid = row[COLUMN["rank"]], row[COLUMN["step"]], row[COLUMN["rank"]] + 1
-        start = row[COLUMN["t_end"]] - row[COLUMN["wall"]]
+        rank, step, pid = row.rank, row.step, row.rank + 1
+        start = row.t_end - row.wall
         # Back-to-back steps share an instant; Unix times as doubles are exact to ~0.2 µs,
         # and a slice that starts inside the one before is read as nested in it.
         ts = max(us(start), previous_end.get(rank, 0))
-        end = previous_end[rank] = max(us(row[COLUMN["t_end"]]), ts)
-        args = {"wall_ms": round(row[COLUMN["wall"]] * 1e3, 4), "samples": row[COLUMN["samples"]],
-                "timed": bool(row[COLUMN["timed"]])}
-        if row[COLUMN["timed"]]:
+        end = previous_end[rank] = max(us(row.t_end), ts)
+        args = {"wall_ms": round(row.wall * 1e3, 4), "samples": row.samples,
+                "timed": bool(row.timed)}
+        if row.timed:
             phase_ms = {p: round((row[COLUMN[p]] or 0.0) * 1e3, 4) for p in PHASES}
             args.update(phase_ms)
             yield _counter("phase ms", pid, start, us, phase_ms)
-            if rank in per_sample and row[COLUMN["samples"]] and row[COLUMN["wall"]] > 0:
-                rate = per_sample[rank] * row[COLUMN["samples"]] / row[COLUMN["wall"]]
+            if rank in per_sample and row.samples and row.wall > 0:
+                rate = per_sample[rank] * row.samples / row.wall
                 yield _counter("achieved TFLOP/s", pid, start, us, {"TFLOP/s": float(f"{rate / 1e12:.4g}")})
-            if row[COLUMN["mem_alloc"]] is not None and row[COLUMN["mem_reserved"]]:
+            if row.mem_alloc is not None and row.mem_reserved:
                 for label, field in (("torch allocated MiB", "mem_alloc"), ("torch reserved MiB", "mem_reserved")):
                     yield _counter(label, pid, start, us, {"MiB": round(row[COLUMN[field]] / MIB, 1)})
         yield {"name": f"step {step}", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID,

@@ -1,19 +1,51 @@
 """How a change of speed is judged — a change applied live, or one run against another —
 and how the screens, the report and the trace word it. Imports nothing of fastmon's.
 
-An advice's ``status`` is one of the STATUS values; its ``result`` is the experiment's.
+An advice's ``status`` is an AdviceStatus; its ``result`` is the experiment's, whose ``state`` is
+an ExperimentState.
 """
 
 from __future__ import annotations
 
-# A verdict on a change of speed, from its interval: a change fastmon applied live
-# (fastmon.experiments) and a change between two runs (fastmon.compare) are judged alike.
-FASTER, SLOWER, NO_CHANGE, NOT_MEASURED = "faster", "slower", "no measurable change", "not measured"
+from enum import StrEnum
+
+
+class Verdict(StrEnum):
+    """On a change of speed, from its interval: a change fastmon applied live
+    (fastmon.experiments) and a change between two runs (fastmon.compare) are judged alike."""
+
+    FASTER = "faster"
+    SLOWER = "slower"
+    NO_CHANGE = "no measurable change"
+    NOT_MEASURED = "not measured"
+
+
+class AdviceStatus(StrEnum):
+    OPEN = "open"
+    APPLYING = "applying"
+    KEPT = "kept"  # measured faster, or no measurable change and harmless
+    APPLIED = "applied"  # in effect; the run ended before it was measured
+    TRIED = "tried"  # reverted or failed, its figure kept as the record
+    DISMISSED = "dismissed"
+
+
+class ExperimentState(StrEnum):
+    """Where a live change (fastmon.experiments) stands; the last five are ends."""
+
+    APPLYING = "applying"  # sent to the probe, not acknowledged yet
+    MEASURING = "measuring"
+    FINALIZING = "finalizing"  # settled on a candidate tried earlier: sent again
+    REVERTING = "reverting"
+    KEPT = "kept"
+    REVERTED = "reverted"
+    REVERT_FAILED = "revert failed"
+    FAILED = "failed"
+    INCOMPLETE = "incomplete"  # the run ended first
+
+
+FASTER, SLOWER, NO_CHANGE, NOT_MEASURED = Verdict
+OPEN, APPLYING, KEPT, APPLIED, TRIED, DISMISSED = STATUSES = tuple(AdviceStatus)
 NOISE = 0.05  # a relative change of speed treated as noise, at the least
-OPEN, APPLYING, KEPT, APPLIED, TRIED, DISMISSED = STATUSES = ("open", "applying", "kept", "applied", "tried",
-                                                                "dismissed")
-# kept: measured faster, or no measurable change and harmless; applied: in effect, the run
-# ended before it was measured; tried: reverted or failed, its figure kept as the record.
 
 
 def rate_error(walls: list[float], samples: list[int], blocks: int) -> float:
@@ -77,7 +109,7 @@ def rates_text(result: dict) -> str:
 
 def result_text(result: dict) -> str:
     """The verdict in a few words, with the figures behind it."""
-    if result.get("state") == "failed":
+    if result.get("state") == ExperimentState.FAILED:
         return f"failed: {result.get('error')}"
     verdict = result.get("verdict")
     if verdict == NOT_MEASURED:

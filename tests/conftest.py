@@ -25,6 +25,17 @@ def clean_env(**extra) -> dict:
     return env
 
 
+@pytest.fixture(autouse=True)
+def processes_only_in_e2e(request, monkeypatch):
+    """`pytest -m "not e2e"` is the fast loop: a test that starts a process (a training
+    run, fastmon itself) and is not marked e2e fails, saying so."""
+    if request.node.get_closest_marker("e2e") is None:
+        def refuse(*args, **kwargs):
+            raise AssertionError(f"{request.node.nodeid} starts a process: mark it @pytest.mark.e2e")
+
+        monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
 @pytest.fixture
 def run_fastmon(tmp_path):
     """Runs `fastmon ARGS` in tmp_path; returns the CompletedProcess."""

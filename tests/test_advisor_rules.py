@@ -7,7 +7,7 @@ import pytest
 from fastmon.advisor import Facts, Window, advise
 from fastmon.advisor.rules import RULES
 from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, amdahl
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.phases import PHASES, STEP_FIELDS, StepRow
 
 GPU_ENV = {"cuda_available": True, "device_count": 1, "accelerator": "cuda",
            "devices": [{"index": 0, "name": "NVIDIA H200", "capability": "9.0", "total_memory": 140 * 2**30,
@@ -37,7 +37,7 @@ def rows(n=50, ms=None, **extra):
         row["wall"] = sum(row[p] for p in PHASES)
         for key, value in extra.items():
             row[key] = value(step) if callable(value) else value
-        out.append(tuple(row[f] for f in STEP_FIELDS))
+        out.append(StepRow(**row))
     return out
 
 
@@ -267,10 +267,9 @@ def test_amdahl():
 def test_a_window_of_sampled_steps_reads_like_one_of_all_steps():
     """Short steps are timed in a random sample: the untimed rows (wall and samples only)
     count in throughput, and the timed ones give the split of the whole window's time."""
-    def untimed(row: tuple) -> tuple:
-        fields = dict(zip(STEP_FIELDS, row), timed=0)
-        fields.update(dict.fromkeys((*PHASES, "sync_calls", "micro_batches", "mem_alloc", "mem_peak")))
-        return tuple(fields[f] for f in STEP_FIELDS)
+    def untimed(row: StepRow) -> StepRow:
+        return row._replace(timed=0, **dict.fromkeys((*PHASES, "sync_calls", "micro_batches", "mem_alloc",
+                                                      "mem_peak")))
 
     every = rows(60, STARVED, sync_calls=2)
     sampled = [row if step % 6 == 0 else untimed(row) for step, row in enumerate(every)]

@@ -25,6 +25,7 @@ def compare(*args, cwd=ROOT) -> subprocess.CompletedProcess:
                           env=clean_env())
 
 
+@pytest.mark.e2e
 def test_two_eager_nanogpt_runs_on_the_h200_are_no_measurable_change(tmp_path):
     out = compare(DATA / "h200-nanogpt-eager-1", DATA / "h200-nanogpt-eager-2", "--fail-if-slower", "5")
     assert out.returncode == 0, out.stderr
@@ -36,6 +37,7 @@ def test_two_eager_nanogpt_runs_on_the_h200_are_no_measurable_change(tmp_path):
     assert result["workload_differs"] == [] and result["environment_differs"] == []
 
 
+@pytest.mark.e2e
 def test_runs_of_different_work_are_not_judged_and_the_guard_says_so():
     out = compare(DATA / "h200-nanogpt-eager-1", DATA / "h200-nanogpt-compiled", "--fail-if-slower", "5")
     assert out.returncode == EXIT_NOT_COMPARABLE
@@ -48,6 +50,7 @@ def test_runs_of_different_work_are_not_judged_and_the_guard_says_so():
     assert "script 'train.py' vs 'hf_tiny.py'" in other.stdout and "batch 64 vs 32" in other.stdout
 
 
+@pytest.mark.e2e
 def test_an_environment_that_differs_is_named(tmp_path):
     newer = tmp_path / "newer"
     shutil.copytree(DATA / "h200-nanogpt-eager-2", newer)
@@ -59,6 +62,7 @@ def test_an_environment_that_differs_is_named(tmp_path):
     assert "environment: torch 2.11.0+cu130 → 2.13.0+cu130" in out.stdout
 
 
+@pytest.mark.e2e
 def test_bad_input_gets_its_own_exit_code(tmp_path, run_fastmon):
     assert compare(DATA / "h200-nanogpt-eager-1", tmp_path / "nowhere").returncode == EXIT_NO_RUN
     out = run_fastmon("run", "--fail-if-slower", "5", EXAMPLES / "healthy.py")

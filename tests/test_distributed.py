@@ -16,6 +16,7 @@ DDP = SCRIPTS / "ddp_train.py"
 pytestmark = pytest.mark.skipif(not __import__("torch").distributed.is_available(), reason="no torch.distributed")
 
 
+@pytest.mark.e2e
 def test_two_ranks_and_the_slow_one_is_the_straggler(run_fastmon, report):
     out = run_fastmon("run", "--headless", "--nproc-per-node", "2", DDP, "--slow-rank", "1")
     assert out.returncode == 0, out.stderr
@@ -31,6 +32,7 @@ def test_two_ranks_and_the_slow_one_is_the_straggler(run_fastmon, report):
     assert "comm" in ranks[0]["phases"]
 
 
+@pytest.mark.e2e
 def test_no_straggler_when_ranks_are_even(run_fastmon, report):
     out = run_fastmon("run", "--headless", "--nproc-per-node", "2", DDP, "--slow-rank", "0", "--slow-ms", "8")
     assert out.returncode == 0, out.stderr
@@ -44,6 +46,7 @@ def test_no_straggler_when_ranks_are_even(run_fastmon, report):
     assert report()["straggler"] is None
 
 
+@pytest.mark.e2e
 def test_killing_one_rank_keeps_torchruns_behaviour_and_every_ranks_steps(run_fastmon, report, tmp_path):
     # ~20 ms steps: the publisher's last batch (PUBLISHER_INTERVAL) is what a SIGKILL can lose,
     # so the kill comes some publisher rounds into the run, where losing them all would show
@@ -62,6 +65,7 @@ def test_killing_one_rank_keeps_torchruns_behaviour_and_every_ranks_steps(run_fa
     assert "done" not in out.stdout  # the other rank was stopped, as torchrun does
 
 
+@pytest.mark.e2e
 def test_report_merges_run_folders_from_several_nodes(run_fastmon, tmp_path):
     # Two "nodes" of one rank each: two monitors, two run folders, one merged view.
     for node in (0, 1):
@@ -89,6 +93,7 @@ def test_report_merges_run_folders_from_several_nodes(run_fastmon, tmp_path):
     assert min(e["ts"] for e in events if "ts" in e) >= 0
 
 
+@pytest.mark.e2e
 def test_hot_apply_lands_on_every_rank_at_the_same_step(run_fastmon, report, tmp_path):
     out = run_fastmon("run", "--headless", "--apply", "auto", "--nproc-per-node", "2", SCRIPTS / "ddp_starved.py",
                       "--out", tmp_path / "seen", timeout=400)
@@ -114,6 +119,7 @@ def test_hot_apply_lands_on_every_rank_at_the_same_step(run_fastmon, report, tmp
     assert report()["applied"][0]["kept"]
 
 
+@pytest.mark.e2e
 async def test_the_dashboard_shows_ranks_side_by_side_and_names_the_straggler(run_fastmon, tmp_path):
     from fastmon.records import resolve_run
     from fastmon.tui.app import FastmonApp

@@ -8,9 +8,12 @@ import json
 import shutil
 import sqlite3
 
+import pytest
+
 from conftest import ROOT, SCRIPTS
 
 
+@pytest.mark.e2e
 def test_every_step_is_a_slice_and_the_timed_ones_carry_their_phases(run_fastmon, report, tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "exit_code.py", "--steps", "300")
     assert out.returncode == 0, out.stderr
@@ -44,6 +47,7 @@ def test_every_step_is_a_slice_and_the_timed_ones_carry_their_phases(run_fastmon
     assert any(e["ph"] == "C" and e["name"].startswith("machine CPU") for e in events)
 
 
+@pytest.mark.e2e
 def test_advice_and_the_changes_applied_are_marked(run_fastmon, tmp_path):
     run = tmp_path / "starved"
     shutil.copytree(ROOT / "tests" / "data" / "starved-run", run)
@@ -55,6 +59,7 @@ def test_advice_and_the_changes_applied_are_marked(run_fastmon, tmp_path):
             "experiment 1: dataloader.num_workers: 2.4x samples/s, kept"} <= marks
 
 
+@pytest.mark.e2e
 def test_gpu_samples_and_device_times_become_counters_of_one_quantity_each(run_fastmon, tmp_path):
     # The recorded CPU run, with what a CUDA run's record adds (no GPU here: rows as the
     # session writes them, benchmarks/gpu_check.py covers a real device).
@@ -75,6 +80,7 @@ def test_gpu_samples_and_device_times_become_counters_of_one_quantity_each(run_f
     assert counters["device phases ms"] == {"forward": 4.0, "backward": 5.0, "optimizer": 1.0}
 
 
+@pytest.mark.e2e
 def test_a_missing_run_is_named(run_fastmon):
     out = run_fastmon("export", "nowhere")
     assert out.returncode == 66

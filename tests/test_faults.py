@@ -65,6 +65,7 @@ def test_killing_the_monitor_leaves_training_running_with_all_its_output(tmp_pat
     assert printed == [f"line {step} {k}" for step in range(steps) for k in range(lines)]
 
 
+@pytest.mark.e2e
 def test_killing_the_trainer_leaves_a_readable_record(tmp_path):
     monitor = subprocess.Popen(
         fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "100000", "--step-ms", "10"),
@@ -96,6 +97,7 @@ def plain_weights() -> str:
     return weights[0]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("part", ["forward", "backward", "loader", "optimizer"])
 def test_a_fault_inside_the_probe_is_reported_once_and_changes_nothing(tmp_path, part, plain_weights):
     watched = subprocess.run(fastmon_cmd("run", "--headless", SCRIPTS / "fault_injection.py", "--break-part", part),
@@ -109,6 +111,7 @@ def test_a_fault_inside_the_probe_is_reported_once_and_changes_nothing(tmp_path,
     assert '"probe_faults": [' in report.stdout and "injected fault" in report.stdout
 
 
+@pytest.mark.e2e
 def test_probe_without_a_monitor_runs_the_script(tmp_path):
     # python -m fastmon.probe works alone (no channel): records are dropped and counted
     out = subprocess.run([sys.executable, "-m", "fastmon.probe", SCRIPTS / "exit_code.py", "--code", "5"],
@@ -118,6 +121,7 @@ def test_probe_without_a_monitor_runs_the_script(tmp_path):
     assert out.stderr == ""
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("after_s", [2.0, 0.0], ids=["mid-run", "while-importing-torch"])
 def test_ctrl_c_reaches_the_training_when_headless(tmp_path, after_s):
     """The headless monitor ignores Ctrl-C to record the end; the training must not inherit
@@ -199,6 +203,7 @@ def test_a_full_disk_loses_no_training_and_counts_every_step_not_written(tmp_pat
     assert summary["dropped"] == 400 - summary["steps"] > 0
 
 
+@pytest.mark.e2e
 def test_a_helper_that_outlives_the_script_does_not_hold_fastmon(tmp_path):
     # python returns when the script ends; the helper's later output still reaches the terminal.
     go = tmp_path / "go"
@@ -217,6 +222,7 @@ def test_a_helper_that_outlives_the_script_does_not_hold_fastmon(tmp_path):
     assert (run / "output.log").read_text().startswith("helper ")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["python", "fastmon"])
 def test_a_closed_pipe_downstream_stops_the_script_as_under_python(tmp_path, launcher):
     # `... | head -n 3`: the script's next print meets the broken pipe, and ends with its exit code.
@@ -235,6 +241,7 @@ def test_a_closed_pipe_downstream_stops_the_script_as_under_python(tmp_path, lau
     assert not done.exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("where", ["worker", "forward", "backward"])
 def test_an_error_raised_through_fastmons_hooks_reads_as_under_python(tmp_path, where):
     script = [SCRIPTS / "raises_inside.py", "--where", where]

@@ -12,6 +12,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from gpu_check import CHECKS  # noqa: E402
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the checks really run (minutes): run it by hand")
 def test_gpu_check_skips_every_check_without_cuda(tmp_path):
     out = subprocess.run([sys.executable, ROOT / "benchmarks" / "gpu_check.py", "--out", tmp_path],

@@ -6,19 +6,19 @@ import json
 import sqlite3
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from conftest import EXAMPLES, SCRIPTS, clean_env, run_dirs
 from fastmon.experiments import NOISE, ExperimentRunner
-from fastmon.phases import STEP_FIELDS
+from fastmon.phases import STEP_FIELDS, StepRow
 
 
 def read_epochs(path) -> list[list[int]]:
     return [list(map(int, line.split())) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("persistent, shuffle", [(False, True), (True, False), (True, True)])
 def test_live_rebuilds_serve_every_sample_once_per_epoch(tmp_path, persistent, shuffle):
     out = tmp_path / "indices.txt"
@@ -37,6 +37,7 @@ def test_live_rebuilds_serve_every_sample_once_per_epoch(tmp_path, persistent, s
         assert all(seen == list(range(1000)) for seen in epochs)  # order kept too
 
 
+@pytest.mark.e2e
 def test_workers_of_an_epoch_left_by_break_stop_as_under_python():
     # Rebuilt loaders' workers once lived on in a reference cycle, each epoch's more, until
     # the garbage collector joined them 5 s each inside a later iter().
@@ -50,6 +51,7 @@ def test_workers_of_an_epoch_left_by_break_stop_as_under_python():
     assert after == ["0"] * 6, done.stdout
 
 
+@pytest.mark.e2e
 def test_spawned_workers_restarting_each_epoch_are_made_persistent_first(run_fastmon, report, tmp_path):
     # macOS's and Windows' start method: each epoch's first batch waits seconds for the
     # workers to import torch again. More workers would make that longer, not shorter.
@@ -74,6 +76,7 @@ def test_spawned_workers_restarting_each_epoch_are_made_persistent_first(run_fas
     assert all(seconds > 0.5 for _, seconds in loader["startups"])
 
 
+@pytest.mark.e2e
 def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
     indices = tmp_path / "indices.txt"
     out = run_fastmon("run", "--headless", "--apply", "auto", EXAMPLES / "starved.py", "--epochs", "2",
@@ -101,12 +104,14 @@ def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
     assert "starved.py:" in text
 
 
+@pytest.mark.e2e
 def test_ask_is_not_auto_headless_never_applies(run_fastmon, report):
     out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "1", "--samples", "1600")
     assert out.returncode == 0, out.stderr
     assert report()["applied"] == []
 
 
+@pytest.mark.e2e
 def test_auto_applies_safe_fixes_on_the_mistakes_example(run_fastmon, report):
     # 5 epochs: room for each experiment's 0.75 s of measurement on a loaded machine
     out = run_fastmon("run", "--headless", "--apply", "auto", EXAMPLES / "mistakes.py", "--epochs", "5")
@@ -132,6 +137,7 @@ def test_auto_applies_safe_fixes_on_the_mistakes_example(run_fastmon, report):
     assert "remove torch.autograd.set_detect_anomaly(True)" in "\n".join(summary["permanent_changes"])
 
 
+@pytest.mark.e2e
 def test_dataparallel_is_named(run_fastmon, report, tmp_path):
     script = tmp_path / "dp.py"
     script.write_text(
@@ -146,12 +152,12 @@ def test_dataparallel_is_named(run_fastmon, report, tmp_path):
 
 
 # --- the experiment runner on synthetic steps -------------------------------------------
-def step_rows(first: int, n: int, samples_per_s: float) -> list[list]:
+def step_rows(first: int, n: int, samples_per_s: float) -> list[StepRow]:
     rows = []
     for step in range(first, first + n):
         row = dict.fromkeys(STEP_FIELDS, 0)
         row.update(step=step, samples=32, wall=32 / samples_per_s)
-        rows.append([row[f] for f in STEP_FIELDS])
+        rows.append(StepRow(**row))
     return rows
 
 
@@ -177,7 +183,7 @@ def drive(runner, probe, rates, start=30):
         if len(probe.sent) > seen:
             message = probe.sent[seen]
             seen += 1
-            step = rows[-1][STEP_FIELDS.index("step")] + 1
+            step = rows[-1].step + 1
             if message["t"] == "revert":
                 runner.on_ack({"t": "reverted", "exp": message["exp"], "ok": True, "step": step})
                 continue
@@ -293,7 +299,7 @@ def test_a_trial_is_measured_without_the_workers_starting_at_an_epoch_start():
     runner.tick(rows, startups)
     runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 90})
     rows += step_rows(90, 200, 400.0)
-    rows[130][STEP_FIELDS.index("wall")] = 2.0
+    rows[130] = rows[130]._replace(wall=2.0)
     runner.tick(rows, startups)
     assert [m["params"] for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 8}]
     runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 290})
@@ -310,11 +316,7 @@ def test_persistent_workers_are_measured_over_whole_epochs():
     # 40-step epochs of 20 ms steps; each epoch's first step waits 2 s for its workers until
     # they persist. Applied at step 100: the epoch at 120 starts them once more, 160's does not.
     def epochs(first, n, stalls):
-        rows = step_rows(first, n, 1600.0)
-        for row in rows:
-            if row[STEP_FIELDS.index("step")] in stalls:
-                row[STEP_FIELDS.index("wall")] = 2.0
-        return rows
+        return [row._replace(wall=2.0) if row.step in stalls else row for row in step_rows(first, n, 1600.0)]
 
     probe, results = Probe(), []
     runner = ExperimentRunner(probe, results.append)
@@ -340,6 +342,7 @@ def test_a_change_that_fails_at_once_is_reported_not_kept():
     assert not result["kept"] and result["state"] == "failed"
 
 
+@pytest.mark.e2e
 def test_a_live_batch_change_scales_the_lr_and_keeps_every_sample(tmp_path):
     out = tmp_path / "indices.txt"
     done = subprocess.run([sys.executable, SCRIPTS / "batch_change.py", "--out", out], capture_output=True, text=True,
@@ -365,6 +368,7 @@ def run_with_probe(tmp_path, body: str) -> str:
     return done.stdout
 
 
+@pytest.mark.e2e
 def test_worker_start_ups_are_the_waits_for_them_of_each_loader(tmp_path):
     # Both loaders' workers start (0.3 s each) at iter(), before either delivers; the
     # training epoch (0.8 s) leaves the validation workers time to start: no wait for them.
@@ -390,6 +394,7 @@ def test_worker_start_ups_are_the_waits_for_them_of_each_loader(tmp_path):
     assert all(0.25 < s < 3 for s in train) and all(s < 0.2 for s in val)
 
 
+@pytest.mark.e2e
 def test_a_custom_batch_sampler_is_refused_not_broken(tmp_path):
     out = run_with_probe(
         tmp_path,
@@ -404,6 +409,7 @@ def test_a_custom_batch_sampler_is_refused_not_broken(tmp_path):
     assert "has its own batch_sampler" in out and out.strip().endswith("0.1")
 
 
+@pytest.mark.e2e
 def test_the_optimizer_is_switched_to_foreach_and_back(tmp_path):
     out = run_with_probe(
         tmp_path,
@@ -417,36 +423,3 @@ def test_the_optimizer_is_switched_to_foreach_and_back(tmp_path):
         "    if step == 7: probe.publisher.deliver([{'t': 'revert', 'exp': 1}])\n"
         "print(seen)\n")
     assert out.strip() == str([False] * 4 + [True] * 4 + [False] * 4)
-
-
-def test_the_channel_the_advisor_and_the_ui_take_turns_at_the_runner():
-    # Acks come on the channel's thread, ticks on the advisor's, starts on the UI's, the end
-    # on the launcher's: while one holds the session's lock, every other entry waits.
-    from fastmon.session import RunOptions, Session
-
-    session = Session(RunOptions(target=["train.py"]))
-    assert session.experiments.lock is session.lock
-    results, errors = [], []
-    runner = ExperimentRunner(Probe(), results.append, session.lock)
-    runner.start(advice(), step_rows(0, 30, 100.0))
-    entries = [lambda: runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30}),
-               lambda: runner.tick(step_rows(30, 400, 150.0)),
-               lambda: runner.start(advice(), step_rows(0, 30, 100.0)),
-               runner.end_of_run]
-
-    def call(entry):
-        try:
-            entry()
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    for entry in entries:
-        with session.lock:  # another thread is inside, say
-            thread = threading.Thread(target=call, args=(entry,))
-            thread.start()
-            thread.join(timeout=0.2)
-            assert thread.is_alive()
-        thread.join(timeout=10)
-        assert not thread.is_alive()
-    assert not errors
-    assert [r["exp"] for r in results] == [1, 2]  # kept at the tick; the second ended with the run

@@ -9,12 +9,15 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 # source folder -> where its files land in the installed fastmon package
 LAYOUT = {"fastmon": "fastmon", "probe": "fastmon/probe", "advisor": "fastmon/advisor", "tui": "fastmon/tui",
           "examples": "fastmon/examples"}
 
 
+@pytest.mark.e2e
 def test_the_wheel_holds_every_module_and_stylesheet(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "--wheel-dir", str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300)

@@ -11,20 +11,19 @@ import sys
 import pytest
 
 from conftest import ROOT, SCRIPTS, clean_env, run_dirs
-from fastmon.phases import STEP_FIELDS
 from fastmon.session import PROFILE_STEPS, RunOptions, Session
 from fastmon.tui.app import FastmonApp
 from fastmon.tui.screens.profile_screen import ProfileScreen
 from fastmon.tui.snapshot import LiveSource, ReplaySource
 
 SCRIPT = SCRIPTS / "profiled_loop.py"
-STEP = STEP_FIELDS.index("step")
 
 
 def line_of(text: str) -> int:
     return next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1) if text in line)
 
 
+@pytest.mark.e2e
 def test_a_capture_writes_its_trace_and_torchs_findings_and_changes_nothing(run_fastmon, report, tmp_path):
     bare = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120,
                           env=clean_env())
@@ -48,6 +47,7 @@ def test_a_capture_writes_its_trace_and_torchs_findings_and_changes_nothing(run_
     assert "profiler.left_on" not in {a["id"] for a in summary["advice"]}
 
 
+@pytest.mark.e2e
 def test_the_scripts_own_profiler_is_left_alone(run_fastmon, report):
     out = run_fastmon("run", "--headless", "--profile-at", 40, SCRIPT, "--own-profiler")
     assert out.returncode == 0, out.stderr
@@ -56,6 +56,7 @@ def test_the_scripts_own_profiler_is_left_alone(run_fastmon, report):
     assert capture["first"] == 40 and "already running" in capture["error"]
 
 
+@pytest.mark.e2e
 def test_a_profiler_left_on_is_named_at_the_line_that_made_it(run_fastmon, report):
     planted = ROOT / "benchmarks" / "advice_corpus" / "planted.py"
     out = run_fastmon("run", "--headless", planted, "--mistake", "profiler")
@@ -65,13 +66,14 @@ def test_a_profiler_left_on_is_named_at_the_line_that_made_it(run_fastmon, repor
     assert left_on["location"].endswith(f"planted.py:{made}")
 
 
+@pytest.mark.e2e
 async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp_path):
     session = Session(RunOptions(target=[str(SCRIPT), "--steps", "1000000"], runs_dir=str(tmp_path)))
     session.start()
     try:
         app = FastmonApp(LiveSource(session), session=session)
         async with app.run_test(size=(160, 48), notifications=True) as pilot:
-            while not session.state.ranks:
+            while not session.view.ranks:
                 await pilot.pause(0.1)
             await pilot.press("t")
             for _ in range(300):
@@ -84,12 +86,12 @@ async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp
             assert "Gradient Set To Zero Instead of None Pattern" in shown
             # the captured steps ran slower, and those until its tables were done: recorded, but out
             # of what the advisor and experiments measure
-            [captured] = session.captured
+            [captured] = session.view.captured
             first = int(shown.split("torch.profiler, steps ")[1].split("-")[0])
             assert captured.start == first and len(captured) >= PROFILE_STEPS
             await pilot.pause(1.0)  # the rows of the last of them come in the probe's next send
-            assert set(captured) <= {row[STEP] for row in session.rows()}
-            assert not set(captured) & {row[STEP] for row in session.measured_rows()}
+            assert set(captured) <= {row.step for row in session.view.rank(0).rows}
+            assert not set(captured) & {row.step for row in session.view.measured_rows()}
             await pilot.press("escape")
             assert not isinstance(app.screen, ProfileScreen)
             await pilot.press("q")
@@ -106,6 +108,7 @@ async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp
         assert "\n".join(str(c.render()) for c in replay.screen.query(".capture")) == shown
 
 
+@pytest.mark.e2e
 def test_a_capture_the_run_never_reached_is_said_so(run_fastmon, report):
     out = run_fastmon("run", "--headless", "--profile-at", 100, SCRIPT, "--steps", 30)
     assert out.returncode == 0, out.stderr

@@ -32,6 +32,7 @@ def timed(rows) -> list[dict]:
     return [row for row in rows if row["timed"]]
 
 
+@pytest.mark.e2e
 def test_starved_loader_is_data_wait(run_fastmon, report):
     out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "1", "--samples", "960")
     assert out.returncode == 0, out.stderr
@@ -49,6 +50,7 @@ def test_starved_loader_is_data_wait(run_fastmon, report):
     assert "[fastmon] recording to" in out.stderr and "data_wait" in out.stderr
 
 
+@pytest.mark.e2e
 def test_dataloader_workers_are_sampled_as_workers(run_fastmon, report, tmp_path):
     out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "1", "--samples", "3200",
                       "--num-workers", "2")
@@ -68,6 +70,7 @@ def test_dataloader_workers_are_sampled_as_workers(run_fastmon, report, tmp_path
     assert "2 DataLoader workers" in out.stderr  # the summary at the end
 
 
+@pytest.mark.e2e
 def test_in_memory_data_is_not_data_wait(run_fastmon, report):
     out = run_fastmon("run", "--headless", EXAMPLES / "healthy.py", "--epochs", "1", "--samples", "4096")
     assert out.returncode == 0, out.stderr
@@ -76,6 +79,7 @@ def test_in_memory_data_is_not_data_wait(run_fastmon, report):
     assert summary["advice"] == []
 
 
+@pytest.mark.e2e
 def test_phases_add_up_to_each_step(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "1", "--samples", "320")
     assert out.returncode == 0, out.stderr
@@ -88,6 +92,7 @@ def test_phases_add_up_to_each_step(run_fastmon, tmp_path):
         assert row["data_wait"] > 0.05  # 32 samples x 2 ms
 
 
+@pytest.mark.e2e
 def test_fast_steps_are_all_recorded_and_a_random_sample_timed(run_fastmon, tmp_path, report):
     # ~0.5 ms steps: the probe measures what a timed step costs (0.2-1 ms) and times one in
     # as many µs, so after the first 50 some 20-100 of 20,000 steps are timed
@@ -123,6 +128,7 @@ def test_fast_steps_are_all_recorded_and_a_random_sample_timed(run_fastmon, tmp_
             f"~{price['timed_step_us'] / 1e3:.2f} ms here, measured on {price['measured']}: ") in out.stderr
 
 
+@pytest.mark.e2e
 def test_every_step_option_times_every_step(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", "--every-step", EXAMPLES / "healthy.py", "--epochs", "1",
                       "--samples", "8192", "--batch-size", "64")
@@ -131,6 +137,7 @@ def test_every_step_option_times_every_step(run_fastmon, tmp_path):
     assert len(rows) == 128 and all(row["timed"] for row in rows)
 
 
+@pytest.mark.e2e
 async def test_training_in_torch_multiprocessing_children_is_named_with_what_to_run_instead(run_fastmon, report,
                                                                                              tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "mp_started.py")
@@ -152,10 +159,11 @@ async def test_training_in_torch_multiprocessing_children_is_named_with_what_to_
 
 def test_the_status_line_before_the_first_step_says_none_has_ended(tmp_path):
     session = Session(RunOptions(target=[str(SCRIPTS / "progress_bar.py")], runs_dir=str(tmp_path / "runs")))
-    assert status_line(session) == ("[fastmon] step 0 | no training step has ended yet "
+    assert status_line(session.view) == ("[fastmon] step 0 | no training step has ended yet "
                                     "(a step ends at optimizer.step())")
 
 
+@pytest.mark.e2e
 def test_headless_status_lines_start_their_own_line_under_a_progress_bar(run_fastmon):
     out = run_fastmon("run", "--headless", SCRIPTS / "progress_bar.py")
     assert out.returncode == 0, out.stderr
@@ -164,6 +172,7 @@ def test_headless_status_lines_start_their_own_line_under_a_progress_bar(run_fas
     assert before and set(before) == {"\n"}  # not glued to the end of the bar
 
 
+@pytest.mark.e2e
 def test_manual_sgd_counts_a_step_per_backward(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "manual_sgd.py")
     assert out.returncode == 0, out.stderr
@@ -173,6 +182,7 @@ def test_manual_sgd_counts_a_step_per_backward(run_fastmon, tmp_path):
     assert all(r["backward"] > 0 and r["forward"] == 0 for r in rows)  # plain tensors, no nn.Module
 
 
+@pytest.mark.e2e
 def test_lbfgs_closure_time_goes_to_forward_and_backward(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "lbfgs.py")
     assert out.returncode == 0, out.stderr
@@ -184,6 +194,7 @@ def test_lbfgs_closure_time_goes_to_forward_and_backward(run_fastmon, tmp_path):
         assert row["micro_batches"] >= 1
 
 
+@pytest.mark.e2e
 def test_gradient_accumulation_makes_one_step_of_four_batches(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "accumulate.py")
     assert out.returncode == 0, out.stderr
@@ -193,6 +204,7 @@ def test_gradient_accumulation_makes_one_step_of_four_batches(run_fastmon, tmp_p
     assert all(r["micro_batches"] == 4 for r in timed(rows))
 
 
+@pytest.mark.e2e
 def test_a_gans_two_optimizers_make_two_steps_and_each_batch_counts_once(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", "--every-step", SCRIPTS / "gan.py")
     assert out.returncode == 0, out.stderr
@@ -212,6 +224,7 @@ def test_a_gans_two_optimizers_make_two_steps_and_each_batch_counts_once(run_fas
     assert sum(r["samples"] for r in rows) == 6400
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("teacher_every", ["1", "2"])
 def test_a_batch_a_teacher_sees_before_the_student_trains_on_it_counts_once(run_fastmon, report, teacher_every):
     out = run_fastmon("run", "--headless", SCRIPTS / "distill.py", "--teacher-every", teacher_every)
@@ -220,6 +233,7 @@ def test_a_batch_a_teacher_sees_before_the_student_trains_on_it_counts_once(run_
     assert summary["steps"] == 40 and summary["samples"] == 640
 
 
+@pytest.mark.e2e
 def test_custom_batch_function_is_data_wait(run_fastmon, report):
     out = run_fastmon("run", "--headless", SCRIPTS / "custom_batches.py")
     assert out.returncode == 0, out.stderr
@@ -228,6 +242,7 @@ def test_custom_batch_function_is_data_wait(run_fastmon, report):
     assert summary["samples"] == 30 * 32  # the training's batches, with validation's DataLoader in between
 
 
+@pytest.mark.e2e
 def test_lightning_fit_runs_unchanged(run_fastmon, tmp_path):
     pytest.importorskip("pytorch_lightning")
     out = run_fastmon("run", "--headless", SCRIPTS / "lightning_fit.py")
@@ -239,6 +254,7 @@ def test_lightning_fit_runs_unchanged(run_fastmon, tmp_path):
     assert sum(r["forward"] for r in timed(rows)) > 0 and sum(r["data_wait"] for r in timed(rows)) > 0
 
 
+@pytest.mark.e2e
 def test_script_sees_what_python_would_and_exit_code_passes(run_fastmon, report):
     out = run_fastmon("run", "--headless", SCRIPTS / "exit_code.py", "--code", "3", "--steps", "4")
     assert out.returncode == 3
@@ -248,6 +264,7 @@ def test_script_sees_what_python_would_and_exit_code_passes(run_fastmon, report)
     assert summary["exit_code"] == 3 and summary["steps"] == 4
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("packed", ["folder", "zip"])
 def test_a_folder_or_zip_runs_by_its_main_as_with_python(run_fastmon, report, tmp_path, packed):
     (tmp_path / "app").mkdir()
@@ -266,6 +283,7 @@ def test_a_folder_or_zip_runs_by_its_main_as_with_python(run_fastmon, report, tm
     assert report()["steps"] == 4
 
 
+@pytest.mark.e2e
 def test_a_runs_folder_that_cannot_be_made_stops_before_training(run_fastmon, tmp_path):
     (tmp_path / "a_file").write_text("")
     out = run_fastmon("run", "--headless", "--runs-dir", "a_file/runs", SCRIPTS / "exit_code.py")
@@ -274,6 +292,7 @@ def test_a_runs_folder_that_cannot_be_made_stops_before_training(run_fastmon, tm
     assert "argv" not in out.stdout and "Traceback" not in out.stderr
 
 
+@pytest.mark.e2e
 def test_a_folder_without_main_is_named(run_fastmon, tmp_path):
     (tmp_path / "empty").mkdir()
     out = run_fastmon("run", "--headless", "empty")
@@ -282,6 +301,7 @@ def test_a_folder_without_main_is_named(run_fastmon, tmp_path):
     assert not (tmp_path / "fastmon-runs").exists()
 
 
+@pytest.mark.e2e
 def test_uncaught_exception(run_fastmon, report):
     out = run_fastmon("run", "--headless", SCRIPTS / "crash.py")
     assert out.returncode == 1
@@ -292,6 +312,7 @@ def test_uncaught_exception(run_fastmon, report):
     assert summary["steps"] == 7 and summary["exit_code"] == 1
 
 
+@pytest.mark.e2e
 def test_missing_script(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", "no_such_script.py")
     assert out.returncode == 2
@@ -300,6 +321,7 @@ def test_missing_script(run_fastmon, tmp_path):
     assert not (tmp_path / "fastmon-runs").exists()
 
 
+@pytest.mark.e2e
 def test_syntax_error(run_fastmon, tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import torch\ndef f(:\n    pass\n")
@@ -309,6 +331,7 @@ def test_syntax_error(run_fastmon, tmp_path):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.e2e
 def test_missing_module(run_fastmon):
     out = run_fastmon("run", "--headless", "-m", "no_such_module_here")
     assert out.returncode == 2
@@ -316,6 +339,7 @@ def test_missing_module(run_fastmon):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.e2e
 def test_module_mode(run_fastmon, tmp_path, report):
     package = tmp_path / "mypkg"
     package.mkdir()
@@ -327,12 +351,14 @@ def test_module_mode(run_fastmon, tmp_path, report):
     assert report()["steps"] == 3
 
 
+@pytest.mark.e2e
 def test_report_of_a_missing_run(run_fastmon):
     out = run_fastmon("report", "nowhere")
     assert out.returncode == 66
     assert "not a fastmon run folder" in out.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("content", [b"", b"not a database, a text file someone named run.sqlite\n" * 20])
 @pytest.mark.parametrize("command", ["report", "replay"])
 def test_an_unreadable_record_is_named_not_a_traceback(run_fastmon, tmp_path, command, content):
@@ -344,12 +370,14 @@ def test_an_unreadable_record_is_named_not_a_traceback(run_fastmon, tmp_path, co
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.e2e
 def test_unknown_option_is_a_usage_error(run_fastmon):
     out = run_fastmon("run", "--frobnicate", "train.py")
     assert out.returncode == 2
     assert "unknown option '--frobnicate'" in out.stderr
 
 
+@pytest.mark.e2e
 def test_code_level_causes_are_named_with_their_line(run_fastmon, report, tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "numpy_and_spike.py")
     assert out.returncode == 0, out.stderr
@@ -365,6 +393,7 @@ def test_code_level_causes_are_named_with_their_line(run_fastmon, report, tmp_pa
     assert not (rows[100]["timed"] and rows[int(found[1])]["timed"])
 
 
+@pytest.mark.e2e
 def test_without_a_terminal_the_dashboard_falls_back_to_headless(run_fastmon, report):
     out = run_fastmon("run", SCRIPTS / "exit_code.py", "--steps", "3")
     assert out.returncode == 0, out.stderr
@@ -372,6 +401,7 @@ def test_without_a_terminal_the_dashboard_falls_back_to_headless(run_fastmon, re
     assert report()["steps"] == 3
 
 
+@pytest.mark.e2e
 def test_model_copies_and_a_new_model_mid_run(run_fastmon, tmp_path):
     """Copies of the model (deepcopy, pickle, torch.save, torch.jit.script) are the user's
     model alone, and a model created mid-run gets its forwards timed too."""
@@ -393,6 +423,7 @@ def test_model_copies_and_a_new_model_mid_run(run_fastmon, tmp_path):
         assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"], rel=0.02)
 
 
+@pytest.mark.e2e
 def test_another_threads_optimizer_steps_are_not_the_runs(run_fastmon, tmp_path, report):
     out = run_fastmon("run", "--headless", SCRIPTS / "background_optimizer.py")
     assert out.returncode == 0, out.stderr
@@ -404,6 +435,7 @@ def test_another_threads_optimizer_steps_are_not_the_runs(run_fastmon, tmp_path,
     assert report()["steps"] == 3000
 
 
+@pytest.mark.e2e
 def test_a_call_replaced_mid_run_is_used_and_timed(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "compile_mid_run.py")
     assert out.returncode == 0, out.stderr
@@ -417,12 +449,14 @@ def test_a_call_replaced_mid_run_is_used_and_timed(run_fastmon, tmp_path):
     assert len(after) >= 3 and all(row["forward"] > 0 for row in after)
 
 
+@pytest.mark.e2e
 def test_a_deleted_optimizer_and_model_are_freed(run_fastmon):
     out = run_fastmon("run", "--headless", SCRIPTS / "optimizer_freed.py")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [f"trial {trial}: optimizer freed True, model freed True" for trial in (0, 1)]
 
 
+@pytest.mark.e2e
 def test_the_optimizer_and_the_loaders_iterator_keep_pythons_fast_paths(run_fastmon, tmp_path):
     # What the probe keeps on them must not make CPython build their instance dicts: every
     # method call on them at every step would lose its specialization (README: "Never an
@@ -435,6 +469,7 @@ def test_the_optimizer_and_the_loaders_iterator_keep_pythons_fast_paths(run_fast
     assert out.stdout.splitlines() == bare.stdout.splitlines()
 
 
+@pytest.mark.e2e
 def test_the_demo_shows_a_starved_run_and_the_advisor_fixing_it(run_fastmon, report):
     # The README's main command, headless: the starved example with --apply auto. Its
     # dataset takes 0.4 s to open in each worker, at every epoch until the workers persist.
@@ -458,6 +493,7 @@ def test_the_demo_shows_a_starved_run_and_the_advisor_fixing_it(run_fastmon, rep
     assert "before and after the changes fastmon made" in out.stderr
 
 
+@pytest.mark.e2e
 def test_a_character_cut_across_two_reads_is_recorded_whole(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", SCRIPTS / "split_utf8.py")
     assert out.returncode == 0, out.stderr

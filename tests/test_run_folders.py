@@ -112,6 +112,7 @@ def test_a_record_says_its_layout_version(recorded):
         assert db.execute("PRAGMA user_version").fetchone()[0] == RECORD_VERSION >= 1
 
 
+@pytest.mark.e2e
 def test_a_record_of_a_newer_layout_is_refused_with_its_version(tmp_path):
     import shutil
     import sqlite3
@@ -130,6 +131,7 @@ def test_a_record_of_a_newer_layout_is_refused_with_its_version(tmp_path):
         assert "Traceback" not in out.stderr and "damaged" not in out.stderr
 
 
+@pytest.mark.e2e
 def test_an_older_layout_is_read_by_column_name(tmp_path):
     """Columns in another order, one missing: read by name, the missing one as n/a."""
     import json

@@ -112,6 +112,7 @@ def test_a_script_that_logs_nowhere_gets_runs_of_fastmons_own(tmp_path, run_fast
     assert "fastmon/samples_per_s" in run.data.metrics
 
 
+@pytest.mark.e2e
 def test_an_unknown_tracker_is_refused_and_a_missing_package_is_a_note(run_fastmon, monkeypatch):
     out = run_fastmon("run", "--log-to", "tensorboard,neptune", SCRIPTS / "trackers.py")
     assert out.returncode == EXIT_USAGE and "unknown tracker 'neptune'" in out.stderr

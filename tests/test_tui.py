@@ -52,6 +52,10 @@ def chart_cells(breakdown) -> Counter:
     return cells
 
 
+def notifications_of(app) -> str:
+    return "\n".join(notification.message for notification in app._notifications)
+
+
 async def wait_until(pilot, predicate, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -72,6 +76,7 @@ def live_session(tmp_path):
     session.wait()
 
 
+@pytest.mark.e2e
 async def test_live_dashboard_follows_a_real_run_and_its_keys_work(live_session):
     app = FastmonApp(LiveSource(live_session), session=live_session)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -94,13 +99,15 @@ async def test_live_dashboard_follows_a_real_run_and_its_keys_work(live_session)
         await wait_until(pilot, lambda: advice.option_count > 0)
         assert advice.selected_id == "dataloader.num_workers"
         await pilot.press("a")
-        assert live_session.state.advice["dataloader.num_workers"]["status"] == "applying"
+        await wait_until(pilot, lambda: next(a for a in live_session.view.advice
+                                             if a["id"] == "dataloader.num_workers")["status"] != "open")
+        await wait_until(pilot, lambda: "Applying dataloader.num_workers" in notifications_of(app))
         # p pauses the charts, not the training
         await pilot.press("p")
         assert app.paused
         frozen = app.snapshot.steps
         await pilot.pause(1.0)
-        assert app.snapshot.steps == frozen and live_session.state.ranks[0].steps > frozen
+        assert app.snapshot.steps == frozen and live_session.view.rank(0).steps > frozen
         await pilot.press("p")
         assert not app.paused
         # ? help, c applied changes, enter detail: each a screen that escape closes
@@ -121,6 +128,7 @@ async def test_live_dashboard_follows_a_real_run_and_its_keys_work(live_session)
     assert live_session.proc.poll() is None
 
 
+@pytest.mark.e2e
 async def test_quit_can_stop_the_training(live_session):
     app = FastmonApp(LiveSource(live_session), session=live_session)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -128,8 +136,8 @@ async def test_quit_can_stop_the_training(live_session):
         await pilot.press("q")
         await wait_until(pilot, lambda: isinstance(app.screen, QuitScreen))  # a busy machine is slow to show it
         await pilot.press("s")
-        await wait_until(pilot, lambda: live_session.state.status != "running")
-    assert live_session.state.exit_code == 130  # Ctrl-C: KeyboardInterrupt, as python reports it
+        await wait_until(pilot, lambda: live_session.view.status != "running")
+    assert live_session.view.exit_code == 130  # Ctrl-C: KeyboardInterrupt, as python reports it
     assert app.return_value is None
 
 
@@ -141,12 +149,13 @@ def dashboard_on(tmp_path, script: str, *args: str) -> tuple[Session, FastmonApp
     return session, FastmonApp(LiveSource(session), session=session)
 
 
+@pytest.mark.e2e
 async def test_a_progress_bar_is_drawn_on_one_line_as_in_a_terminal(tmp_path):
     session, app = dashboard_on(tmp_path, "progress_bar.py")
     async with app.run_test(size=(160, 48)) as pilot:
         live = app.query_one(LiveLine)
         await wait_until(pilot, lambda: "epoch 0:" in str(live.render()) and "%|" in str(live.render()))
-        await wait_until(pilot, lambda: session.state.status != "running")
+        await wait_until(pilot, lambda: session.view.status != "running")
         await pilot.pause(0.5)
         lines = [str(line.text) for line in app.query_one(LogPane).lines]
         assert [line.split("|")[0].strip() for line in lines if "%|" in line] == ["epoch 0: 100%", "epoch 1: 100%"]
@@ -155,10 +164,11 @@ async def test_a_progress_bar_is_drawn_on_one_line_as_in_a_terminal(tmp_path):
         await pilot.press("q")
 
 
+@pytest.mark.e2e
 async def test_the_dashboard_stays_after_the_end_and_shows_the_exit_code(tmp_path):
     session, app = dashboard_on(tmp_path, "crash.py")
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_until(pilot, lambda: session.state.status == "crashed" and app.snapshot.status == "crashed")
+        await wait_until(pilot, lambda: session.view.status == "crashed" and app.snapshot.status == "crashed")
         await pilot.pause(0.5)
         assert "crashed, exit code 1" in text_of(app.query_one(RunHeader))
         log = "\n".join(str(line.text) for line in app.query_one("#log").lines)
@@ -167,6 +177,7 @@ async def test_the_dashboard_stays_after_the_end_and_shows_the_exit_code(tmp_pat
     assert app.return_value is None
 
 
+@pytest.mark.e2e
 async def test_a_busy_machine_slows_the_redraw_to_once_a_second(tmp_path):
     session, app = dashboard_on(tmp_path, "busy_cores.py", "--seconds", "10")
     try:
@@ -218,6 +229,7 @@ def current_phases(report: dict) -> dict:
     return (report["changes"] or {}).get("after", report)["phases"]
 
 
+@pytest.mark.e2e
 async def test_the_finished_dashboard_shows_the_report_s_figures(tmp_path):
     # the demo's starved loader, fixed live: the screen at the end is the report's "after"
     options = RunOptions(target=[str(EXAMPLES / "starved.py"), "--epochs", "4"], apply="auto",
@@ -400,7 +412,7 @@ async def test_the_end_of_the_run_during_teardown_is_no_crash(tmp_path, gone):
 def test_the_shares_after_a_fix_describe_the_run_as_it_is_now():
     # The demo's end once said "STARVED: 72%" after the fix: the recent window reached back,
     # past the change, for enough timed steps (after it, one step in ~50 is timed).
-    from fastmon.phases import STEP_FIELDS
+    from fastmon.phases import STEP_FIELDS, StepRow
     from fastmon.summary import rates
     from fastmon.tui.snapshot import build
 
@@ -408,7 +420,7 @@ def test_the_shares_after_a_fix_describe_the_run_as_it_is_now():
         values = dict.fromkeys(STEP_FIELDS, 0)
         values.update(step=step, data_wait=data_wait, forward=compute, wall=data_wait + compute, samples=32,
                       timed=int(timed))
-        return [values[f] for f in STEP_FIELDS]
+        return StepRow(**values)
 
     rows = [row(s, 0.060, 0.010, True) for s in range(50)]  # starved, every step timed
     rows += [row(s, 0.001, 0.010, s % 50 == 0) for s in range(50, 400)]  # fixed at step 50

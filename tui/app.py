@@ -193,7 +193,7 @@ class FastmonApp(App[str | None]):
 
     @property
     def running(self) -> bool:
-        return self.session is not None and self.session.state.status == "running"
+        return self.session is not None and self.session.view.status == "running"
 
     # --- actions ----------------------------------------------------------------------
     def action_quit_app(self) -> None:
@@ -241,12 +241,8 @@ class FastmonApp(App[str | None]):
                 return
             self.push_screen(ProfileScreen([c for c in captures if c["first"] == captures[-1]["first"]]))
             return
-        refused = self.session.profile()
-        if refused:
-            self.notify(f"Not profiling now: {refused}.", severity="warning")
-        else:
-            self.notify(f"torch.profiler: capturing the next {PROFILE_STEPS} steps; the findings open here when "
-                        "they are ready.")
+        self.command(self.session.profile, PROFILE_STEPS, f"torch.profiler: capturing the next {PROFILE_STEPS} "
+                     "steps; the findings open here when they are ready.", "Not profiling now")
 
     def _show_new_spawns(self) -> None:
         spawned = self.source.events("spawned_training")
@@ -311,16 +307,24 @@ class FastmonApp(App[str | None]):
             self.notify("The training is not running: nothing to apply to.", severity="warning")
         elif advice.get("status") != "open":
             self.notify(f"{advice['id']} is {advice.get('status')}.", severity="warning")
-        elif refused := self.session.apply(message.advice_id):
-            self.notify(f"Not applying {message.advice_id} now: {refused}.", severity="warning")
         else:
-            self.notify(f"Applying {message.advice_id}: measuring before and after…")
-        self.redraw()
+            self.command(self.session.apply, message.advice_id, f"Applying {message.advice_id}: measuring before "
+                         "and after…", f"Not applying {message.advice_id} now")
 
     def on_dismiss_advice(self, message: DismissAdvice) -> None:
         if self.session is not None:
-            self.session.dismiss(message.advice_id)
-        self.redraw()
+            self.command(self.session.dismiss, message.advice_id, None, "Not dismissed")
+
+    @work(thread=True, group="commands")
+    def command(self, send, argument, started: str | None, refused_as: str) -> None:
+        """A command to the session, answered on its state owner's thread: never on the
+        app's loop, which goes on drawing meanwhile."""
+        refused = send(argument)
+        if refused:
+            self.call_from_thread(self.notify, f"{refused_as}: {refused}.", severity="warning")
+        elif started:
+            self.call_from_thread(self.notify, started)
+        self.call_from_thread(self.redraw)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         if action in ("scrub", "scrub_to"):

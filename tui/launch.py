@@ -17,7 +17,7 @@ def run_dashboard(options, exit_on_finish: bool = False) -> tuple[int, Path]:
     session.start()
     app = FastmonApp(LiveSource(session), session=session, exit_on_finish=exit_on_finish)
     result = app.run()
-    if result == "detach" and session.state.status == "running":
+    if result == "detach" and session.view.status == "running":
         # The dashboard is gone; the training finishes here, headless, still recorded.
         session.passthrough = True
         sys.stderr.write(f"[fastmon] detached: the training goes on, recorded in {session.run_dir}\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,11 +67,11 @@ def chart_buckets(rows: list) -> tuple[list[dict], int]:
     split = {p: 1.0 if p == "other" else 0.0 for p in PHASES}
     for start in range(0, len(rows), per):
         chunk = rows[start:start + per]
-        timed = [r for r in chunk if r[COLUMN["timed"]]]
-        timed_wall = sum(r[COLUMN["wall"]] for r in timed)
+        timed = [r for r in chunk if r.timed]
+        timed_wall = sum(r.wall for r in timed)
         if timed_wall > 0:
             split = {p: sum(r[COLUMN[p]] for r in timed) / timed_wall for p in PHASES}
-        mean_ms = sum(r[COLUMN["wall"]] for r in chunk) / len(chunk) * 1e3
+        mean_ms = sum(r.wall for r in chunk) / len(chunk) * 1e3
         out.append({p: mean_ms * split[p] for p in PHASES})
     return out, per
 
@@ -122,11 +121,11 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
                     run=run, capturing=capturing)
     snap.recent = current or Window.from_rows(recent(since_last_change(rows, applied), RECENT_STEPS))
     snap.buckets, snap.bucket_steps = chart_buckets(rows)
-    timed = [r for r in rows[-RECENT_STEPS:] if r[COLUMN["timed"]]]
+    timed = [r for r in rows[-RECENT_STEPS:] if r.timed]
     if timed:
         last = timed[-1]
-        snap.torch_memory = {"allocated": last[COLUMN["mem_alloc"]], "reserved": last[COLUMN["mem_reserved"]],
-                             "peak": max(r[COLUMN["mem_peak"]] or 0 for r in timed)}
+        snap.torch_memory = {"allocated": last.mem_alloc, "reserved": last.mem_reserved,
+                             "peak": max(r.mem_peak or 0 for r in timed)}
     if gpu_samples:
         snap.gpu = gpu_samples[-1]
         if current is not None:
@@ -163,55 +162,43 @@ class LiveSource:
         self._output_seen = 0
         self._current: tuple[int, Window] | None = None  # (steps, window) once the run has ended
 
-    def _current_window(self, steps: int, applied: list) -> Window:
+    def _current_window(self, view) -> Window:
         """The report's figures of the steady run since the last change, computed once per
         step count: the session keeps its last ``HISTORY`` rows."""
+        steps = view.rank(0).steps
         if self._current is None or self._current[0] != steps:
-            rows = self.session.rows()
-            self._current = (steps, current_window(StepTable.from_rows(rows), applied, self.session.left_out_steps()))
+            window = current_window(StepTable.from_rows(view.rank(0).rows), list(view.applied), view.rank(0).left_out)
+            self._current = (steps, window)
         return self._current[1]
 
     def snapshot(self) -> Snapshot:
-        session = self.session
-        state = session.state
-        with session.lock:
-            rank_rows = {rank: list(rs.rows)[-CHART_STEPS:] for rank, rs in state.ranks.items()}
-            first = state.ranks[min(state.ranks)] if state.ranks else None
-            run = first.steady_rates() if first else rates(0, 0, 0.0)
-            steps = first.steps if first else 0
-            facts = dict(state.facts)
-            host = dict(state.host)
-            gpu = list(state.gpu)
-            advice = [dict(a) for a in state.advice.values()]
-            applied = list(state.applied)
-            status, exit_code, dropped = state.status, state.exit_code, state.dropped
-            capturing = session.profiling
-            elapsed = (state.ended or time.time()) - state.started
+        session, view = self.session, self.session.view
+        rank_rows = {rank: list(rs.rows[-CHART_STEPS:]) for rank, rs in view.ranks.items()}
+        first = view.first_rank
         rows = rank_rows.get(min(rank_rows), []) if rank_rows else []
-        argv = list(session.options.target[2:] if session.options.target[0] == "-m" else session.options.target[1:])
-        current = self._current_window(steps, applied) if status in ENDED and rows else None
-        return build(title=self.title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps, run=run,
-                     rows=rows, rank_rows=rank_rows, facts=facts, argv=argv, host=host, gpu_samples=gpu,
-                     gpu_note=session.gpu.note, advice=advice, applied=applied, dropped=dropped,
-                     capturing=capturing, current=current, flops_count=first_count(self.events("flops")),
-                     gpu_busy=None if current is not None else recent_busy(gpu))  # the ended run's: the report
+        target = session.options.target
+        argv = list(target[2:] if target[0] == "-m" else target[1:])
+        current = self._current_window(view) if view.status in ENDED and rows else None
+        return build(title=self.title, status=view.status, exit_code=view.exit_code, elapsed=view.elapsed(),
+                     steps=first.steps, run=first.steady_rates(), rows=rows, rank_rows=rank_rows,
+                     facts=dict(view.facts), argv=argv, host=dict(view.host), gpu_samples=list(view.gpu),
+                     gpu_note=session.gpu.note, advice=[dict(a) for a in view.advice], applied=list(view.applied),
+                     dropped=view.dropped, capturing=view.capturing, current=current,
+                     flops_count=first_count(view.events_of("flops")),
+                     gpu_busy=None if current is not None else recent_busy(view.gpu))  # the ended run's: the report
 
     @property
     def run_dir(self):
         return self.session.run_dir
 
     def events(self, kind: str) -> list[dict]:
-        with self.session.lock:
-            return [e for e in self.session.state.events if e.get("kind") == kind]
+        return self.session.view.events_of(kind)
 
     def new_output(self) -> list[tuple[str, str]]:
-        state = self.session.state
-        with self.session.lock:
-            fresh = state.output_seq - self._output_seen
-            self._output_seen = state.output_seq
-            if fresh <= 0:
-                return []
-            return list(state.output)[-fresh:]
+        view = self.session.view
+        fresh = min(view.output_seq - self._output_seen, len(view.output))
+        self._output_seen = view.output_seq
+        return list(view.output[-fresh:]) if fresh > 0 else []
 
 
 class ReplaySource:
@@ -279,9 +266,9 @@ class ReplaySource:
 
     def snapshot(self) -> Snapshot:
         at_step = self.table.steps[self.position - 1] if self.position else -1
-        rank_rows = {rank: [list(r) for r in self.record.steps_upto(rank, at_step, CHART_STEPS)] for rank in self.ranks}
+        rank_rows = {rank: self.record.steps_upto(rank, at_step, CHART_STEPS) for rank in self.ranks}
         rows = rank_rows.get(self.ranks[0], []) if self.ranks else []
-        t = rows[-1][COLUMN["t_end"]] if rows else 0.0
+        t = rows[-1].t_end if rows else 0.0
         at_end = self.position == self.length
         host = next((s for ts, _, s in reversed(self.host) if ts <= t), self.host[-1][2] if self.host else {})
         gpu = [s for ts, _, s in self.gpu if ts <= t] if not at_end else [s for _, _, s in self.gpu]
@@ -289,7 +276,7 @@ class ReplaySource:
         status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
         target = self.meta.get("target") or []
         argv = target[2:] if target[:1] == ["-m"] else target[1:]
-        started = self.meta.get("started") or (rows[0][COLUMN["t_end"]] if rows else 0)
+        started = self.meta.get("started") or (rows[0].t_end if rows else 0)
         return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
                      elapsed=max(t - started, 0.0), steps=self.position, run=self._run_upto(), rows=rows,
                      rank_rows=rank_rows, facts=self.facts, argv=argv, host=host, gpu_samples=gpu,

@@ -1,0 +1,137 @@
+"""What the monitor knows of a running training (``LiveState``, changed only by the state
+owner's thread, fastmon.state_owner) and the immutable ``LiveView`` of it that the
+screens, the headless status lines and the tracker log read."""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from fastmon.phases import StepRow
+from fastmon.summary import rates
+
+HISTORY = 20_000  # step rows kept in memory per rank for the screens
+
+
+def without(rows, step_ranges) -> list[StepRow]:
+    left_out = {step for steps in step_ranges for step in steps}
+    return [r for r in rows if r.step not in left_out] if left_out else list(rows)
+
+
+@dataclass
+class RankState:
+    rows: collections.deque = field(default_factory=lambda: collections.deque(maxlen=HISTORY))
+    steps: int = 0
+    samples: int = 0
+    wall: float = 0.0
+    # the start-up steps (``summary.steady_left_out``): step -> (wall, samples)
+    left_out: dict = field(default_factory=dict)
+
+    def add(self, row: StepRow, start_up: bool) -> None:
+        if start_up:
+            self.leave_out(row)
+        self.rows.append(row)
+        self.steps += 1
+        self.samples += row.samples
+        self.wall += row.wall
+
+    def leave_out(self, row: StepRow) -> None:
+        self.left_out[row.step] = (row.wall, row.samples)
+
+    def view(self) -> RankView:
+        return RankView(tuple(self.rows), self.steps, self.samples, self.wall, MappingProxyType(dict(self.left_out)))
+
+
+@dataclass(frozen=True)
+class RankView:
+    rows: tuple[StepRow, ...] = ()  # the last HISTORY steps, oldest first
+    steps: int = 0
+    samples: int = 0
+    wall: float = 0.0
+    left_out: Mapping[int, tuple[float, int]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def steady_rates(self) -> dict:
+        """The steady run's rates, as the report computes them from the record."""
+        if self.steps <= len(self.left_out):
+            return rates(self.steps, self.samples, self.wall)
+        return rates(self.steps - len(self.left_out), self.samples - sum(n for _, n in self.left_out.values()),
+                     self.wall - sum(w for w, _ in self.left_out.values()))
+
+
+@dataclass
+class LiveState:
+    status: str = "starting"  # starting, running, finished, crashed
+    exit_code: int | None = None
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+    ranks: dict = field(default_factory=dict)  # rank -> RankState
+    facts: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    host: dict = field(default_factory=dict)
+    gpu: collections.deque = field(default_factory=lambda: collections.deque(maxlen=600))
+    advice: dict = field(default_factory=dict)  # id -> advice dict with "status"
+    applied: list = field(default_factory=list)
+    output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=5000))
+    output_seq: int = 0
+    dropped: int = 0
+    capturing: bool = False  # a torch.profiler capture asked for or running
+    # Steps that are not training as it runs: captured by torch.profiler (slower), or
+    # slowed by torch.compile compiling or a FLOP count. No measurement counts them.
+    captured: list = field(default_factory=list)  # [range]
+    slowed: list = field(default_factory=list)  # [range], rank 0's
+
+    def measured_rows(self) -> list[StepRow]:
+        """Rank 0's rows without the steps a torch.profiler capture slowed or that compiled."""
+        return without(self.ranks[0].rows if 0 in self.ranks else (), (*self.captured, *self.slowed))
+
+    def view(self) -> LiveView:
+        return LiveView(
+            status=self.status, exit_code=self.exit_code, started=self.started, ended=self.ended,
+            ranks=MappingProxyType({rank: rs.view() for rank, rs in self.ranks.items()}),
+            facts=MappingProxyType(dict(self.facts)), events=tuple(self.events), host=MappingProxyType(dict(self.host)),
+            gpu=tuple(self.gpu), advice=tuple(MappingProxyType(dict(a)) for a in self.advice.values()),
+            applied=tuple(self.applied), output=tuple(self.output), output_seq=self.output_seq, dropped=self.dropped,
+            capturing=self.capturing, captured=tuple(self.captured), slowed=tuple(self.slowed))
+
+
+@dataclass(frozen=True)
+class LiveView:
+    """The state at one moment; nothing in it changes after it is published."""
+
+    status: str = "starting"
+    exit_code: int | None = None
+    started: float = 0.0
+    ended: float | None = None
+    ranks: Mapping[int, RankView] = field(default_factory=lambda: MappingProxyType({}))
+    facts: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    events: tuple = ()
+    host: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    gpu: tuple = ()  # GPU samples, oldest first: each a list with one dict per device
+    advice: tuple = ()
+    applied: tuple = ()  # the experiments' results, in the order they ended
+    output: tuple = ()  # the last (stream, text) chunks the script printed
+    output_seq: int = 0  # chunks printed so far
+    dropped: int = 0
+    capturing: bool = False
+    captured: tuple = ()  # ranges of steps a torch.profiler capture slowed
+    slowed: tuple = ()  # ranges of rank 0's steps compiling or a FLOP count slowed
+
+    def rank(self, rank: int = 0) -> RankView:
+        return self.ranks.get(rank) or RankView()
+
+    @property
+    def first_rank(self) -> RankView:
+        return self.ranks[min(self.ranks)] if self.ranks else RankView()
+
+    def measured_rows(self) -> list[StepRow]:
+        """Rank 0's rows without the steps a torch.profiler capture slowed or that compiled."""
+        return without(self.rank(0).rows, (*self.captured, *self.slowed))
+
+    def events_of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e.get("kind") == kind]
+
+    def elapsed(self, now: float | None = None) -> float:
+        return (self.ended or now or time.time()) - self.started
