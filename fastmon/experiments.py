@@ -148,6 +148,23 @@ class ExperimentRunner:
         self._apply(exp, exp.current)
         return exp
 
+    def progress(self, rows) -> dict | None:
+        """Where the change under way stands, for the screens: ``rows``, rank 0's latest
+        steps (a deque or list, oldest first)."""
+        exp = self.active
+        if exp is None:
+            return None
+        measured = []
+        if exp.measure_from is not None:
+            for row in reversed(rows):
+                if row.step < exp.measure_from:
+                    break
+                measured.append(row)
+        return {"id": exp.advice_id, "params": exp.current, "candidate": exp.index + 1,
+                "candidates": len(exp.candidates), "state": exp.state, "baseline": exp.baseline,
+                "steps": len(measured), "needed": exp.epoch[0] if exp.epoch else MEASURE_STEPS,
+                "now": throughput(measured) if measured else None, "from_step": exp.started_step}
+
     def _apply(self, exp: Experiment, params: dict) -> None:
         exp.sent_at = time.monotonic()
         exp.measure_from = None

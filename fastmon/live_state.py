@@ -87,14 +87,14 @@ class LiveState:
         """Rank 0's rows without the steps a torch.profiler capture slowed or that compiled."""
         return without(self.ranks[0].rows if 0 in self.ranks else (), (*self.captured, *self.slowed))
 
-    def view(self) -> LiveView:
+    def view(self, experiment: dict | None = None) -> LiveView:
         return LiveView(
             status=self.status, exit_code=self.exit_code, started=self.started, ended=self.ended,
             ranks=MappingProxyType({rank: rs.view() for rank, rs in self.ranks.items()}),
             facts=MappingProxyType(dict(self.facts)), events=tuple(self.events), host=MappingProxyType(dict(self.host)),
             gpu=tuple(self.gpu), advice=tuple(MappingProxyType(dict(a)) for a in self.advice.values()),
             applied=tuple(self.applied), output=tuple(self.output), output_seq=self.output_seq, dropped=self.dropped,
-            capturing=self.capturing, captured=tuple(self.captured), slowed=tuple(self.slowed))
+            capturing=self.capturing, captured=tuple(self.captured), slowed=tuple(self.slowed), experiment=experiment)
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,7 @@ class LiveView:
     capturing: bool = False
     captured: tuple = ()  # ranges of steps a torch.profiler capture slowed
     slowed: tuple = ()  # ranges of rank 0's steps compiling or a FLOP count slowed
+    experiment: dict | None = None  # the live change being measured (ExperimentRunner.progress)
 
     def rank(self, rank: int = 0) -> RankView:
         return self.ranks.get(rank) or RankView()

@@ -186,7 +186,8 @@ class Session:
 
     # --- the owner's thread ------------------------------------------------------------
     def _publish(self) -> None:
-        self.view = self._state.view()
+        rank0 = self._state.ranks.get(0)
+        self.view = self._state.view(self.experiments.progress(rank0.rows if rank0 else ()))
 
     def _owner_error(self, work: str, exc: BaseException) -> None:
         """Work of the owner's that raised: counted, and kept as an event; the monitor goes on."""

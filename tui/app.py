@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -18,9 +20,12 @@ from fastmon.tui.screens.help_screen import HelpScreen
 from fastmon.tui.screens.profile_screen import ProfileScreen
 from fastmon.tui.screens.quit_screen import QuitScreen
 from fastmon.tui.widgets.advice_list import AdviceList
+from fastmon.tui.widgets.gpu_line import GpuLine
 from fastmon.tui.widgets.gpu_panel import GpuPanel
 from fastmon.tui.widgets.host_panel import HostPanel
 from fastmon.tui.widgets.log_pane import LiveLine, LogPane
+from fastmon.tui.widgets.outcome import Outcome
+from fastmon.tui.widgets.position_bar import PositionBar
 from fastmon.tui.widgets.run_header import RunHeader
 from fastmon.tui.widgets.shares_bar import SharesBar
 from fastmon.tui.widgets.step_breakdown import StepBreakdown
@@ -49,6 +54,7 @@ class FastmonApp(App[str | None]):
         Binding("enter", "detail", "Detail", show=False),
         Binding("c", "applied", "Applied"),
         Binding("p", "pause", "Pause charts"),
+        Binding("s", "screenshot_svg", "Save SVG", show=False),
         Binding("e", "export", "Export trace", show=False),  # in the help: the footer is full at 80 columns
         Binding("t", "profile", "torch.profiler", show=False),
         Binding("question_mark", "help", "Help"),
@@ -57,6 +63,8 @@ class FastmonApp(App[str | None]):
         Binding("right", "scrub(1)", "Step +", priority=True),
         Binding("shift+left", "scrub(-10)", show=False, priority=True),
         Binding("shift+right", "scrub(10)", show=False, priority=True),
+        Binding("pageup", "scrub(-100)", show=False, priority=True),
+        Binding("pagedown", "scrub(100)", show=False, priority=True),
         Binding("home", "scrub_to(0)", show=False, priority=True),
         Binding("end", "scrub_to(-1)", show=False, priority=True),
     ]
@@ -78,15 +86,20 @@ class FastmonApp(App[str | None]):
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
+        if self.source.replay:
+            yield PositionBar(id="position")
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield StepBreakdown(id="breakdown")
                 yield SharesBar(id="shares")
+                yield GpuLine(id="gpu-line")
                 with Horizontal(id="panels"):
                     yield GpuPanel(id="gpu-panel")
                     yield HostPanel(id="host-panel")
             with Vertical(id="right"):
-                yield Static("Advice  (enter: detail · a: apply · d: dismiss)", classes="title")
+                yield Outcome(id="outcome")
+                yield Static("Advice  (enter: detail" + ("" if self.source.replay else " · a: apply · d: dismiss")
+                             + ")", classes="title")
                 yield AdviceList(id="advice")
                 yield Static("Output", classes="title", id="log-title")
                 yield LogPane(id="log")
@@ -105,8 +118,14 @@ class FastmonApp(App[str | None]):
         self._layout_for(event.size.width, event.size.height)
 
     def _layout_for(self, width: int, height: int) -> None:
-        self.screen.set_class(width < NARROW_WIDTH, "narrow")
-        self.screen.set_class(height < SHORT_HEIGHT, "short")
+        base = self.screen_stack[0]
+        base.set_class(width < NARROW_WIDTH, "narrow")
+        base.set_class(height < SHORT_HEIGHT, "short")
+        if self.snapshot is not None:
+            try:
+                self._place_gpu(base, bool(self.snapshot.gpu))
+            except NoMatches:
+                pass
 
     # --- drawing ----------------------------------------------------------------------
     def redraw(self) -> None:
@@ -116,42 +135,56 @@ class FastmonApp(App[str | None]):
             pass  # the app is closing: a timer's tick or the run's end came while its widgets go
 
     def _redraw(self) -> None:
-        log = self.query_one(LogPane)
+        base = self.screen_stack[0]  # the dashboard, drawn on behind any dialog
+        log = base.query_one(LogPane)
         chunks = self.source.new_output()
         if chunks:
             log.add(chunks)
-            self.query_one(LiveLine).show(*log.live)
+            base.query_one(LiveLine).show(*log.live)
         if not self.source.replay:
             self._show_new_captures()
         self._show_new_spawns()
-        if self.paused or isinstance(self.screen, (HelpScreen, AdviceScreen, AppliedScreen, QuitScreen, ProfileScreen)):
-            return
         snap = self.source.snapshot()
         if self.stopping and snap.status == "running":
             snap.status = "stopping"
-        self.snapshot = snap
         if self.session is not None:
             self._pace(snap)
+        base.query_one(RunHeader).show(snap, busy_redraw=self.redraw_every == BUSY_REDRAW_EVERY, paused=self.paused)
+        if self.source.replay:
+            base.query_one(PositionBar).show(self.source.position, self.source.length)
+        if self.paused:
+            return  # the header goes on: a paused dashboard must not look hung
+        self.snapshot = snap
         # Rendering, not computing, is what costs: a panel is redrawn only when what it
         # shows has changed (the host panel at the sampler's rate, advice at the advisor's).
         changed = self._changed
         with self.batch_update():
-            self.query_one(RunHeader).show(snap, busy_redraw=self.redraw_every == BUSY_REDRAW_EVERY)
             if changed("steps", snap.steps):
-                self.query_one(StepBreakdown).show(snap)
-                self.query_one(SharesBar).show(snap)
+                base.query_one(StepBreakdown).show(snap)
+                base.query_one(SharesBar).show(snap)
             if changed("gpu", (snap.gpu, snap.gpu_note, snap.torch_memory)):
-                self.query_one(GpuPanel).show(snap)
+                base.query_one(GpuPanel).show(snap)
+                base.query_one(GpuLine).show(snap)
+                self._place_gpu(base, bool(snap.gpu))
             if changed("host", snap.host):
-                self.query_one(HostPanel).show(snap)
+                base.query_one(HostPanel).show(snap)
             if changed("advice", [(a["id"], a.get("status"), a["evidence"]) for a in snap.advice]):
-                self.query_one(AdviceList).show(snap.advice)
-            ranks = self.query_one("#ranks", Static)
+                base.query_one(AdviceList).show(snap.advice, offer_apply=not self.source.replay)
+            if changed("outcome", (snap.experiment, snap.outcome is not None, len(snap.applied), snap.steps // 50,
+                                   snap.bound)):
+                base.query_one(Outcome).show(snap)
+            ranks = base.query_one("#ranks", Static)
             if changed("ranks", [(r["rank"], r["steps"]) for r in snap.ranks]):
                 ranks.display = bool(snap.ranks)
                 if snap.ranks:
                     ranks.update(rank_line(snap))
         self.redraws += 1
+
+    def _place_gpu(self, base, has_gpu: bool) -> None:
+        """The GPU panel where there is a GPU and room; the one-line form where there is no
+        room; on a machine without one, one dim line saying why, and the host panel's width."""
+        base.query_one(GpuPanel).display = has_gpu
+        base.query_one(GpuLine).display = not has_gpu or base.has_class("narrow")
 
     def _pace(self, snap) -> None:
         cores = snap.host.get("cpu_per_core") or []
@@ -214,6 +247,18 @@ class FastmonApp(App[str | None]):
     def action_pause(self) -> None:
         self.paused = not self.paused
         self.notify("Charts paused (training continues)" if self.paused else "Charts resumed", timeout=2)
+        self.redraw()
+
+    def action_screenshot_svg(self) -> None:
+        """The screen as an SVG in the run's folder (Textual's own default is ~/Downloads,
+        which a server may not have)."""
+        try:
+            path = self.save_screenshot(filename=f"screen-{time.strftime('%Y%m%d-%H%M%S')}.svg",
+                                        path=str(self.source.run_dir))
+        except OSError as exc:
+            self.notify(f"Could not save the screen: {exc}", severity="error")
+            return
+        self.notify(f"Screen saved: {path}", timeout=8)
 
     def action_export(self) -> None:
         self.notify("Writing the trace…", timeout=2)
@@ -334,8 +379,7 @@ class FastmonApp(App[str | None]):
         return True
 
     def action_scrub(self, delta: int) -> None:
-        total = self.source.length
-        self.source.move(delta * max(total // 100, 1))
+        self.source.move(delta)
         self.redraw()
 
     def action_scrub_to(self, position: int) -> None:

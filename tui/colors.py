@@ -2,15 +2,18 @@
 
 from fastmon.phases import PHASE_LABELS, PHASES
 
-PHASE_COLORS = {  # rich
-    "data_wait": "red",
-    "h2d": "magenta",
-    "forward": "blue",
-    "backward": "cyan",
-    "optimizer": "green",
-    "sync": "dark_orange",
-    "comm": "bright_magenta",
-    "other": "white",
+# Eight colours told apart on a dark or a light theme, by most colour-blind eyes too
+# (Tableau 10), and the same in any terminal: true colours, not the theme's ANSI sixteen,
+# which drew data, h2d and comm in one red.
+PHASE_COLORS = {
+    "data_wait": "#e15759",  # red: the one to notice
+    "h2d": "#f28e2b",  # orange
+    "forward": "#4e79a7",  # blue
+    "backward": "#76b7b2",  # teal
+    "optimizer": "#59a14f",  # green
+    "sync": "#edc948",  # yellow
+    "comm": "#b07aa1",  # purple
+    "other": "#bab0ac",  # grey
 }
 assert set(PHASE_COLORS) == set(PHASE_LABELS) == set(PHASES)
 STARVED_SHARE = 0.3  # a data_wait share above this is shown as a starved run

@@ -11,11 +11,11 @@ from pathlib import Path
 from fastmon.advisor.bound import bound
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
-from fastmon.phases import COLUMN, PHASES
+from fastmon.phases import COLUMN, PHASES, StepRow
 from fastmon.step_table import StepTable
-from fastmon.summary import (counted_samples, current_window, first_count, flops_figures, gpu_figures, rates,
-                             since_last_change, slowed_steps, steady_left_out, steady_span, straggler, util_in_span,
-                             window_summary)
+from fastmon.summary import (before_and_after, counted_samples, current_window, first_count, flops_figures,
+                             gpu_figures, permanent_changes, rates, since_last_change, slowed_steps, steady_left_out,
+                             steady_span, straggler, util_in_span, window_summary)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
@@ -54,6 +54,9 @@ class Snapshot:
     capturing: bool = False  # a torch.profiler capture asked for or under way
     compute: dict = field(default_factory=dict)  # summary.flops_figures at the run's rates
     bound: tuple | None = None  # advisor.bound's (verdict, why) of the recent steps
+    experiment: dict | None = None  # the live change being measured (ExperimentRunner.progress)
+    outcome: dict | None = None  # once the run has ended: ``before_after`` and ``permanent`` (the report's)
+    selected: StepRow | None = None  # in replay: the step at the scrubber
 
 
 def chart_buckets(rows: list) -> tuple[list[dict], int]:
@@ -110,7 +113,8 @@ def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
 
 def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
           advice, applied, dropped, replay=None, capturing=False, current: Window | None = None,
-          flops_count: dict | None = None, gpu_busy: float | None = None) -> Snapshot:
+          flops_count: dict | None = None, gpu_busy: float | None = None, experiment: dict | None = None,
+          outcome: dict | None = None, selected: StepRow | None = None) -> Snapshot:
     """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
     ``current``: the steady run since the last change, for a run that has ended (the
     report's figures); else the shares are of the latest steps; ``flops_count``: the
@@ -118,7 +122,7 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     window ran (the last samples' while a run goes), for the verdict."""
     snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps,
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
-                    run=run, capturing=capturing)
+                    run=run, capturing=capturing, experiment=experiment, outcome=outcome, selected=selected)
     snap.recent = current or Window.from_rows(recent(since_last_change(rows, applied), RECENT_STEPS))
     snap.buckets, snap.bucket_steps = chart_buckets(rows)
     timed = [r for r in rows[-RECENT_STEPS:] if r.timed]
@@ -145,6 +149,12 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     return snap
 
 
+def outcome(table: StepTable, applied: list[dict], left_out, facts: dict) -> dict:
+    """What the changes made of the run, as the report says it: the steady run before the
+    first and since the last kept, and the code that keeps what was measured faster."""
+    return {"before_after": before_and_after(table, applied, left_out), "permanent": permanent_changes(applied, facts)}
+
+
 def recent_busy(gpu_samples: list) -> float | None:
     """The first GPU's mean utilization over the last ``BUSY_SAMPLES`` samples."""
     busy = [d["util"] for sample in gpu_samples[-BUSY_SAMPLES:] for d in sample[:1] if d.get("util") is not None]
@@ -160,16 +170,17 @@ class LiveSource:
         self.session = session
         self.title = " ".join(session.options.target)
         self._output_seen = 0
-        self._current: tuple[int, Window] | None = None  # (steps, window) once the run has ended
+        self._current: tuple | None = None  # (steps, window, outcome) once the run has ended
 
-    def _current_window(self, view) -> Window:
-        """The report's figures of the steady run since the last change, computed once per
-        step count: the session keeps its last ``HISTORY`` rows."""
+    def _ended(self, view) -> tuple[Window, dict]:
+        """The report's figures of the steady run since the last change, and the outcome of
+        the changes, computed once per step count: the session keeps its last ``HISTORY`` rows."""
         steps = view.rank(0).steps
         if self._current is None or self._current[0] != steps:
-            window = current_window(StepTable.from_rows(view.rank(0).rows), list(view.applied), view.rank(0).left_out)
-            self._current = (steps, window)
-        return self._current[1]
+            table, applied, left_out = StepTable.from_rows(view.rank(0).rows), list(view.applied), view.rank(0).left_out
+            self._current = (steps, current_window(table, applied, left_out),
+                             outcome(table, applied, left_out, dict(view.facts)))
+        return self._current[1], self._current[2]
 
     def snapshot(self) -> Snapshot:
         session, view = self.session, self.session.view
@@ -178,14 +189,15 @@ class LiveSource:
         rows = rank_rows.get(min(rank_rows), []) if rank_rows else []
         target = session.options.target
         argv = list(target[2:] if target[0] == "-m" else target[1:])
-        current = self._current_window(view) if view.status in ENDED and rows else None
+        current, ended = self._ended(view) if view.status in ENDED and rows else (None, None)
         return build(title=self.title, status=view.status, exit_code=view.exit_code, elapsed=view.elapsed(),
                      steps=first.steps, run=first.steady_rates(), rows=rows, rank_rows=rank_rows,
                      facts=dict(view.facts), argv=argv, host=dict(view.host), gpu_samples=list(view.gpu),
                      gpu_note=session.gpu.note, advice=[dict(a) for a in view.advice], applied=list(view.applied),
                      dropped=view.dropped, capturing=view.capturing, current=current,
                      flops_count=first_count(view.events_of("flops")),
-                     gpu_busy=None if current is not None else recent_busy(view.gpu))  # the ended run's: the report
+                     gpu_busy=None if current is not None else recent_busy(view.gpu),  # the ended run's: the report
+                     experiment=view.experiment, outcome=ended)
 
     @property
     def run_dir(self):
@@ -253,6 +265,10 @@ class ReplaySource:
         return self._current
 
     @functools.cached_property
+    def _outcome(self) -> dict:
+        return outcome(self.table, self.applied, self.left_out, self.facts)
+
+    @functools.cached_property
     def _steady_busy(self) -> float | None:
         """The report's GPU utilization during the steady run's steps (its first GPU's)."""
         span = steady_span(self.record, self.ranks[0], self.table, self.left_out) if self.ranks else None
@@ -284,7 +300,8 @@ class ReplaySource:
                      dropped=self.meta.get("dropped", 0), replay=(self.position, self.length),
                      current=self._current_window() if at_end and rows else None,
                      flops_count=first_count(e for e in self.events("flops") if e["from_step"] < self.position),
-                     gpu_busy=self._steady_busy if at_end else recent_busy(gpu))
+                     gpu_busy=self._steady_busy if at_end else recent_busy(gpu),
+                     outcome=self._outcome if at_end else None, selected=rows[-1] if rows else None)
 
     def events(self, kind: str) -> list[dict]:
         return [e for e in self.recorded_events if e["kind"] == kind]

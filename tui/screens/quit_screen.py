@@ -10,12 +10,16 @@ from textual.widgets import Button, Label
 
 
 class QuitScreen(ModalScreen[str | None]):
+    # q again leaves without losing anything (detach); Ctrl-C again stops, as a second
+    # Ctrl-C would in a terminal.
     BINDINGS = [Binding("escape", "dismiss(None)", "Stay"), Binding("s", "choose('stop')", "Stop"),
-                Binding("d", "choose('detach')", "Detach")]
+                Binding("d", "choose('detach')", "Detach"), Binding("q", "choose('detach')", show=False),
+                Binding("ctrl+c", "choose('stop')", show=False, priority=True)]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="quit-box"):
-            yield Label("The training is still running. Records keep being written either way.")
+            yield Label("The training is still running. Records keep being written either way.\n"
+                        "q again detaches; Ctrl-C again stops it.")
             with Horizontal(id="quit-buttons"):
                 yield Button("Stop training [s]", id="stop", variant="error")
                 yield Button("Detach, let it finish [d]", id="detach", variant="primary")

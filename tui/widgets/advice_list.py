@@ -10,8 +10,9 @@ from fastmon.advisor.types import SUGGESTION, gain_text
 from fastmon.verdicts import APPLYING, KEPT, OPEN, is_recommended, result_text
 
 
-def advice_line(a: dict) -> Text:
-    """Once tried, the measured result replaces the estimate; a suggestion says so."""
+def advice_line(a: dict, offer_apply: bool = True) -> Text:
+    """Once tried, the measured result replaces the estimate; a suggestion says so. A
+    replay offers no apply."""
     text = Text()
     status = a.get("status", OPEN)
     gain = a.get("est_gain") if is_recommended(a) and not a.get("result") else None
@@ -24,14 +25,14 @@ def advice_line(a: dict) -> Text:
         text.append(f"  [{result_text(a['result'])}]", style="cyan" if status == KEPT else "dim")
     elif status != OPEN:
         text.append(f"  [{status}]", style="yellow" if status == APPLYING else "dim")
-    elif a.get("action") == "hot_apply":
+    elif a.get("action") == "hot_apply" and offer_apply:
         text.append("  [a: apply]", style="green")
     text.append(f"\n  {a['evidence']}", style="dim")
     return text
 
 
 class AdviceList(OptionList):
-    def show(self, advice: list[dict]) -> None:
+    def show(self, advice: list[dict], offer_apply: bool = True) -> None:
         # Problems by estimated gain, then suggestions; what was tried or dismissed last
         ordered = sorted(advice, key=lambda a: (not is_recommended(a), a.get("kind") == SUGGESTION,
                                                 -(a.get("est_gain") or 1.0)))
@@ -40,10 +41,10 @@ class AdviceList(OptionList):
         highlighted = self.highlighted_option.id if self.highlighted_option is not None else None
         if ids == current:
             for a in ordered:
-                self.replace_option_prompt(a["id"], advice_line(a))
+                self.replace_option_prompt(a["id"], advice_line(a, offer_apply))
             return
         self.clear_options()
-        self.add_options([Option(advice_line(a), id=a["id"]) for a in ordered])
+        self.add_options([Option(advice_line(a, offer_apply), id=a["id"]) for a in ordered])
         if ordered:
             self.highlighted = ids.index(highlighted) if highlighted in ids else 0
 

@@ -1,5 +1,5 @@
-"""GPUs (NVML): utilization and memory over time, power, clocks, temperature, this
-process's memory beside torch's allocator view. Without a GPU: one line saying why."""
+"""GPUs (NVML): utilization and memory as bars and over time, power, clocks, temperature,
+this run's memory beside torch's allocator view; past PLOT_MAX_GPUS, a row per GPU."""
 
 from __future__ import annotations
 
@@ -12,10 +12,21 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from fastmon.report import gpu_run_line, known
+from fastmon.session import SAMPLE_EVERY
+from fastmon.tui.widgets.gpu_line import gpu_line
 
 
 def gib(n) -> str:
     return "n/a" if n is None else f"{n / 2**30:.1f}"
+
+
+def meter(percent: float | None, width: int) -> Text:
+    """A bar of ``width`` cells, filled to ``percent``: green, then yellow, red when near full."""
+    if percent is None:
+        return Text("▕" + "·" * width + "▏", style="dim")
+    filled = round(min(max(percent, 0.0), 100.0) / 100 * width)
+    style = "green" if percent < 70 else "yellow" if percent < 90 else "red"
+    return Text.assemble("▕", ("█" * filled, style), ("░" * (width - filled), "dim"), "▏")
 
 
 # Past this many GPUs their rows fill the panel: the plot would be a line or two high.
@@ -34,12 +45,18 @@ class GpuPanel(Vertical):
         self._history: dict = {}  # the samples the plot is to show
         self._plotted_at = float("-inf")
         self._trailing_draw = None
+        self._snap = None  # the last one shown
 
     def compose(self) -> ComposeResult:
         yield Static(id="gpu-text")
         yield PlotextPlot(id="gpu-plot")
 
+    def on_resize(self) -> None:
+        if self._snap is not None:
+            self.show(self._snap)  # the bars follow the panel's width
+
     def show(self, snap) -> None:
+        self._snap = snap
         text = self.query_one("#gpu-text", Static)
         plot = self.query_one("#gpu-plot", PlotextPlot)
         text.set_class(bool(snap.gpu), "rows")
@@ -49,18 +66,26 @@ class GpuPanel(Vertical):
             self._rows = 0
             return
         plot.display = len(snap.gpu) <= PLOT_MAX_GPUS
+        width = max(self.content_size.width, 30)
         lines = []
-        for d in snap.gpu:  # one row each, what matters first: a narrow panel cuts the end
-            lines.append(
-                f"GPU{d['index']} util {known(d.get('util'), '%')}  mem {gib(d.get('mem_used'))}/{gib(d.get('mem_total'))} GiB  "
-                f"this run {gib(d.get('process_mem'))} GiB  {known(d.get('power_w'), ' W', '.0f')}  "
-                f"SM {known(d.get('sm_clock'), ' MHz')}  {known(d.get('temp_c'), '°C')}  {d.get('name') or ''}")
-        lines += [f"over the run: {gpu_run_line(d)}" for d in snap.gpu_run]  # the report's line
+        for d in snap.gpu if len(snap.gpu) > PLOT_MAX_GPUS else ():  # a node's GPUs: a row each
+            lines.append(gpu_line(d))
+        for d in snap.gpu if len(snap.gpu) <= PLOT_MAX_GPUS else ():  # nvitop's two rows: the device, its load
+            lines.append(Text.assemble((f"GPU{d['index']} ", "bold"), f"{d.get('name') or ''}  ",
+                                       f"{known(d.get('temp_c'), '°C')}  {known(d.get('power_w'), ' W', '.0f')}  "
+                                       f"SM {known(d.get('sm_clock'), ' MHz')}  this run {gib(d.get('process_mem'))} GiB"))
+            bar = max((width - 36) // 2, 4)
+            used, total = d.get("mem_used"), d.get("mem_total")
+            lines.append(Text.assemble(
+                "util ", meter(d.get("util"), bar), f" {known(d.get('util'), '%'):>4}  mem ",
+                meter(100 * used / total if used is not None and total else None, bar),
+                f" {gib(used)}/{gib(total)} GiB"))
+        lines += [Text(f"over the run: {gpu_run_line(d)}", style="dim") for d in snap.gpu_run]  # the report's line
         mem = snap.torch_memory
         if mem:
-            lines.append(f"torch allocator: allocated {gib(mem['allocated'])} · reserved {gib(mem['reserved'])} · "
-                         f"peak {gib(mem['peak'])} GiB")
-        text.update("\n".join(lines), layout=len(lines) != self._rows)  # its height follows the GPU count
+            lines.append(Text(f"torch allocator: allocated {gib(mem['allocated'])} · reserved {gib(mem['reserved'])} · "
+                              f"peak {gib(mem['peak'])} GiB"))
+        text.update(Text("\n").join(lines), layout=len(lines) != self._rows)  # its height follows the GPU count
         self._rows = len(lines)
         if not plot.display:
             return
@@ -77,9 +102,15 @@ class GpuPanel(Vertical):
         plot = self.query_one("#gpu-plot", PlotextPlot)
         plt = plot.plt
         plt.clear_figure()
-        plt.title("GPU utilization and memory, %")
+        colors = ("green", "magenta", "cyan", "yellow", "blue", "red")
+        latest = []
         for index, hist in self._history.items():
-            plt.plot(hist["util"], label=f"util {index} {hist['util'][-1]:.0f}%", color="green")
-            plt.plot(hist["mem"], label=f"mem {index} {hist['mem'][-1]:.0f}%", color="magenta")
+            seconds = [-(len(hist["util"]) - 1 - i) * SAMPLE_EVERY for i in range(len(hist["util"]))]
+            plt.plot(seconds, hist["util"], color=colors[(2 * index) % len(colors)])
+            plt.plot(seconds, hist["mem"], color=colors[(2 * index + 1) % len(colors)])
+            latest.append(f"GPU{index} util {hist['util'][-1]:.0f}% mem {hist['mem'][-1]:.0f}%")
+        # the values in the title, not a legend over the lines
+        plt.title("%, over the last seconds: " + " · ".join(latest))
+        plt.xlabel("seconds ago")
         plt.ylim(0, 100)
         plot.refresh()

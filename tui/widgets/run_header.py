@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from fastmon.phases import PHASES
 from fastmon.report import si
 
 STATUS_STYLE = {"running": "bold green", "starting": "yellow", "finished": "bold cyan", "crashed": "bold red",
@@ -27,18 +28,32 @@ def status_text(snap) -> str:
     return snap.status
 
 
+def cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+
+
 class RunHeader(Static):
-    def show(self, snap, busy_redraw: bool = False) -> None:
+    def show(self, snap, busy_redraw: bool = False, paused: bool = False) -> None:
+        state = Text(f" {status_text(snap)} ", style=STATUS_STYLE.get(snap.status, "bold"))
+        if paused:
+            state.append(" charts paused (p resumes) ", style="bold black on yellow")
+        state.append(f"  elapsed {clock(snap.elapsed)}")
         line1 = Text()
         line1.append(" fastmon ", style="bold reverse")
-        line1.append(f" {snap.title} ", style="bold")
-        line1.append(f" {status_text(snap)} ", style=STATUS_STYLE.get(snap.status, "bold"))
-        line1.append(f"  elapsed {clock(snap.elapsed)}")
+        # a long command line is cut, never the state
+        line1.append(f" {cut(snap.title, self.size.width - 11 - state.cell_len)} ", style="bold")
+        line1.append_text(state)
         run, recent = snap.run, snap.recent
         line2 = Text(f" step {snap.steps}")
+        if snap.selected is not None and snap.status == "replay":
+            row = snap.selected
+            line2.append(f": {row.wall * 1e3:,.1f} ms", style="bold")
+            if row.timed:
+                top = max(PHASES, key=lambda p: getattr(row, p) or 0)
+                line2.append(f" ({top} {(getattr(row, top) or 0) / row.wall if row.wall else 0:.0%})")
         if snap.epoch:
             line2.append(f" · epoch {snap.epoch}" + (f"/{snap.epochs_total}" if snap.epochs_total else ""))
-        if snap.status in ("running", "stopping"):
+        if snap.status in ("running", "stopping", "replay"):
             line2.append(f" · now {recent.steps_per_s:,.1f} steps/s, {recent.samples_per_s:,.0f} samples/s")
         line2.append(f" · run {run.get('steps_per_s', 0):,.2f} steps/s, {run.get('samples_per_s', 0):,.1f} samples/s",
                      style="bold")

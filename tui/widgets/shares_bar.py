@@ -1,4 +1,5 @@
-"""The bar of the current phase shares, with the starved part plainly coloured."""
+"""The bar of the current phase shares, with the starved part plainly coloured, and a
+legend that names all eight phases at any width (it wraps)."""
 
 from __future__ import annotations
 
@@ -9,31 +10,60 @@ from fastmon.phases import PHASE_LABELS, PHASES
 from fastmon.tui.colors import PHASE_COLORS, STARVED_SHARE
 
 
+def segments(shares: dict, width: int) -> list[int]:
+    """Cells per phase: the cumulative shares rounded, so each segment is within a cell of
+    its share and the bar fills the width exactly."""
+    total = sum(shares[p] for p in PHASES) or 1.0
+    cells, edge, filled = [], 0, 0.0
+    for phase in PHASES:
+        filled += shares[phase] / total
+        end = round(filled * width)
+        cells.append(end - edge)
+        edge = end
+    cells[-1] += width - edge
+    return cells
+
+
+def legend_items(shares: dict) -> list[Text]:
+    items = []
+    if shares["data_wait"] >= STARVED_SHARE:
+        items.append(Text(f" STARVED: {shares['data_wait']:.0%} waiting for data ", style="bold white on red"))
+    for phase in PHASES:
+        item = Text("■ ", style=PHASE_COLORS[phase])
+        item.append(f"{PHASE_LABELS[phase]} {shares[phase]:.0%}", style="bold" if shares[phase] >= 0.25 else "")
+        items.append(item)
+    return items
+
+
+def wrapped(items: list[Text], width: int, gap: str = "  ") -> list[Text]:
+    lines, line = [], Text()
+    for item in items:
+        if line.cell_len and line.cell_len + len(gap) + item.cell_len > width:
+            lines.append(line)
+            line = Text()
+        if line.cell_len:
+            line.append(gap)
+        line.append_text(item)
+    return [*lines, line]
+
+
 class SharesBar(Widget):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.shares = {p: 0.0 for p in PHASES}
 
     def show(self, snap) -> None:
+        width = max(self.content_size.width, 1)
+        lines = len(wrapped(legend_items(self.shares), width))
         self.shares = snap.recent.shares
-        self.refresh()
+        self.refresh(layout=len(wrapped(legend_items(self.shares), width)) != lines)  # its height is the legend's
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return 1 + len(wrapped(legend_items(self.shares), max(width, 1)))
 
     def render(self) -> Text:
-        shares = self.shares
         width = max(self.content_size.width, 1)
         bar = Text()
-        used = 0
-        for i, phase in enumerate(PHASES):
-            cells = round(shares[phase] * width) if i < len(PHASES) - 1 else width - used
-            cells = max(min(cells, width - used), 0)
-            used += cells
+        for phase, cells in zip(PHASES, segments(self.shares, width)):
             bar.append("█" * cells, style=PHASE_COLORS[phase])
-        legend = Text()
-        if shares["data_wait"] >= STARVED_SHARE:
-            legend.append(f" STARVED: {shares['data_wait']:.0%} waiting for data ", style="bold white on red")
-            legend.append(" ")
-        for phase in PHASES:
-            legend.append("■ ", style=PHASE_COLORS[phase])
-            legend.append(f"{PHASE_LABELS[phase]} {shares[phase]:.0%}  ",
-                          style="bold" if shares[phase] >= 0.25 else "")
-        return Text("\n").join([bar, legend])
+        return Text("\n").join([bar, *wrapped(legend_items(self.shares), width)])

@@ -6,8 +6,8 @@ Through Textual's line API: the rows are built as strips once per new snapshot o
 and ``render_line`` hands them out. Returning a Rich ``Text`` from ``render`` cost ~50 ms
 a frame at 96x30 on the 2-core VM, most of it Textual converting the 3,000 styled cells
 back into strips: at three frames a second, 15% of a core taken from a CPU training.
-Each cell is coloured by the phase that fills it (the lower 1/8-block character gives
-the top of each column its height).
+Each cell is coloured by the phase that fills most of it (the lower 1/8-block character
+gives the top of each column its height).
 
 The scale ignores outliers, as TensorBoard's charts do by default: an epoch's start that
 waits a second for its workers would flatten a thousand 3 ms steps into the bottom row.
@@ -40,6 +40,21 @@ def scale_top(totals: list[float]) -> float:
     ordered = sorted(totals)
     typical = ordered[min(int(len(ordered) * TYPICAL_QUANTILE), len(ordered) - 1)]
     return max(t for t in ordered if t <= OUTLIER_FACTOR * typical) or ordered[-1] or 1.0
+
+
+def filling_most(heights: list[int], low: int) -> int:
+    """The phase that fills most of the cell from ``low`` to ``low + 8`` eighths, given the
+    column's cumulative heights; the lower one on a tie."""
+    best, most = 0, -1
+    below = low
+    for phase in range(bisect_right(heights, low), len(heights)):
+        share = min(heights[phase], low + 8) - below
+        if share > most:
+            best, most = phase, share
+        below = heights[phase]
+        if below >= low + 8:
+            break
+    return best
 
 
 class StepBreakdown(Widget):
@@ -95,8 +110,7 @@ class StepBreakdown(Widget):
                 total8 = heights[-1]
                 char, style = " ", base
                 if total8 > low:
-                    # coloured by the phase at the cell's bottom; full unless the column ends here
-                    style = phase_styles[bisect_right(heights, low)]
+                    style = phase_styles[filling_most(heights, low)]
                     char = CUT if clipped and row == plot_h - 1 else EIGHTHS[min(total8 - low, 8)]
                 if style is not run_style and run:
                     segments.append(Segment("".join(run), run_style))  # one segment per run of a colour

@@ -1,0 +1,195 @@
+"""The dashboard at the sizes people use (80x24, 110x35, 160x48, 200x60), over the recorded
+runs: what must be on screen is there and right, and a picture of each is kept."""
+
+from __future__ import annotations
+
+import shutil
+from types import SimpleNamespace
+
+import pytest
+from textual.app import App, ComposeResult
+
+from conftest import ROOT
+from fastmon.phases import PHASE_LABELS, PHASES
+from fastmon.tui.app import FastmonApp
+from fastmon.tui.colors import PHASE_COLORS
+from fastmon.tui.snapshot import ReplaySource
+from fastmon.tui.widgets.advice_list import AdviceList
+from fastmon.tui.widgets.gpu_line import GpuLine
+from fastmon.tui.widgets.outcome import Outcome
+from fastmon.tui.widgets.run_header import RunHeader
+from fastmon.tui.widgets.shares_bar import SharesBar
+
+DATA = ROOT / "tests" / "data"
+DEMO = DATA / "starved-run"  # the demo's run, recorded: starved, then fixed live
+GPU_RUN = DATA / "h200-nanogpt-eager-1"  # nanoGPT on an H200
+SIZES = [(80, 24), (110, 35), (160, 48), (200, 60)]
+
+
+def replay(tmp_path, run):
+    folder = tmp_path / run.name
+    shutil.copytree(run, folder)
+    return FastmonApp(ReplaySource(folder)), folder
+
+
+def text_of(widget) -> str:
+    return str(widget.render())
+
+
+def visible(app, widget) -> bool:
+    return widget.display and widget.region.height > 0 and app.screen.region.contains_region(widget.region)
+
+
+async def settle(pilot) -> None:
+    await pilot.pause(0.6)  # two redraw ticks after the first layout
+
+
+async def test_at_80x24_the_shares_bar_matches_its_legend_and_names_all_eight_phases(tmp_path):
+    app, _ = replay(tmp_path, DEMO)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        bar = app.query_one(SharesBar)
+        assert visible(app, bar)
+        drawn = bar.render()
+        first, *legend = drawn.split()
+        width = bar.content_size.width
+        assert first.cell_len == width
+        cells = {phase: 0 for phase in PHASES}
+        by_colour = {colour: phase for phase, colour in PHASE_COLORS.items()}
+        for span in first.spans:
+            cells[by_colour[str(span.style)]] += span.end - span.start
+        legend_text = "\n".join(line.plain for line in legend)
+        for phase in PHASES:
+            shown = int(legend_text.split(f"■ {PHASE_LABELS[phase]} ")[1].split("%")[0])
+            assert abs(cells[phase] - bar.shares[phase] * width) <= 1, phase  # within a cell of its share
+            assert abs(shown - round(bar.shares[phase] * 100)) <= 1, phase  # and of the legend's figure
+        assert cells["data_wait"] >= 0.8 * width  # the demo's run is starved
+        assert bar.region.height == 1 + len(legend)  # no legend line cut
+
+
+async def test_at_110x35_a_gpu_replay_shows_util_and_memory_in_one_line(tmp_path):
+    app, _ = replay(tmp_path, GPU_RUN)
+    async with app.run_test(size=(110, 35)) as pilot:
+        await settle(pilot)
+        line = app.query_one(GpuLine)
+        assert visible(app, line)
+        text = text_of(line)
+        assert text.startswith("GPU0 util ") and "% · mem " in text and "/140 GiB · " in text and "°C" in text
+
+
+async def test_without_a_gpu_one_line_says_why_and_no_panel_is_spent_on_it(tmp_path):
+    app, _ = replay(tmp_path, DEMO)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert not app.query_one("#gpu-panel").display
+        line = app.query_one(GpuLine)
+        assert visible(app, line) and line.region.height == 1 and "NVML" in text_of(line)
+        assert app.query_one("#host-panel").region.width == app.query_one("#panels").region.width  # all the row
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_header_keeps_the_state_and_the_end_shows_the_fix_and_its_code(tmp_path, size):
+    app, _ = replay(tmp_path, DEMO)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        header = app.query_one(RunHeader)
+        assert "finished, exit code 0" in text_of(header).splitlines()[0]  # a long command line is cut, not this
+        outcome = app.query_one(Outcome)
+        assert visible(app, outcome)
+        shown = text_of(outcome)
+        assert "✔ fixed num_workers=2: 2.4x samples/s (386.5 → 928.0 samples/s)" in shown
+        assert "keep it: DataLoader(..., num_workers=2)  # examples/starved.py:53" in shown
+
+
+async def test_replay_moves_a_step_per_arrow_and_offers_no_apply(tmp_path):
+    app, _ = replay(tmp_path, GPU_RUN)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        source = app.source
+        for key, position in (("home", 1), ("right", 2), ("shift+right", 12), ("pagedown", 112), ("left", 111),
+                              ("pageup", 11)):
+            await pilot.press(key)
+            assert source.position == position, key
+        await pilot.pause(0.1)
+        header = text_of(app.query_one(RunHeader))
+        step = source.table.steps[10]
+        assert f" step 11: {source.record.steps_upto(0, step, 1)[0].wall * 1e3:,.1f} ms" in header
+        assert "step 11 of 301" in text_of(app.query_one("#position"))
+        advice = app.query_one(AdviceList)
+        assert advice.option_count and all("[a: apply]" not in str(advice.get_option_at_index(i).prompt)
+                                           for i in range(advice.option_count))
+
+
+async def test_s_saves_the_screen_as_an_svg_in_the_run_folder(tmp_path):
+    app, folder = replay(tmp_path, DEMO)
+    async with app.run_test(size=(110, 35), notifications=True) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await pilot.pause(0.2)
+        (svg,) = folder.glob("screen-*.svg")
+        assert svg.read_text().lstrip().startswith("<svg") and "fastmon" in svg.read_text()
+        assert any(f"Screen saved: {svg}" in n.message for n in app._notifications)
+
+
+async def test_p_pauses_the_charts_and_says_so(tmp_path):
+    app, _ = replay(tmp_path, DEMO)
+    async with app.run_test(size=(110, 35)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        assert "charts paused (p resumes)" in text_of(app.query_one(RunHeader))
+        await pilot.press("p")
+        assert "charts paused" not in text_of(app.query_one(RunHeader))
+
+
+class OutcomeAlone(App):
+    CSS_PATH = ROOT / "tui" / "fastmon.tcss"
+
+    def compose(self) -> ComposeResult:
+        yield Outcome(id="outcome")
+
+
+def snapshot(**fields) -> SimpleNamespace:
+    base = dict(experiment=None, outcome=None, applied=[], advice=[], steps=400, status="running", bound=None)
+    return SimpleNamespace(**{**base, **fields})
+
+
+async def test_a_change_under_way_reads_as_an_experiment():
+    app = OutcomeAlone()
+    async with app.run_test(size=(120, 10)):
+        outcome = app.query_one(Outcome)
+        outcome.show(snapshot(experiment={"id": "dataloader.num_workers", "params": {"num_workers": 4},
+                                          "candidate": 2, "candidates": 3, "state": "measuring",
+                                          "baseline": 389.2, "steps": 12, "needed": 16, "now": 1020.4,
+                                          "from_step": 30}))
+        assert text_of(outcome) == ("▶ trying num_workers=4 (2 of 3): 12 of 16 steps · baseline 389 samples/s · "
+                                    "now 1,020 samples/s")
+
+
+async def test_a_run_with_nothing_to_change_says_so_and_why():
+    app = OutcomeAlone()
+    async with app.run_test(size=(120, 10)):
+        outcome = app.query_one(Outcome)
+        bound = ("compute-bound", "the GPU is busy 96% of the steps' time")
+        outcome.show(snapshot(bound=bound, status="finished", outcome={"before_after": None, "permanent": []},
+                              advice=[{"id": "lr_schedule", "kind": "suggestion", "status": "open"}]))
+        assert text_of(outcome) == "✔ nothing to change: compute-bound, the GPU is busy 96% of the steps' time"
+        outcome.show(snapshot(bound=("data-bound", "60% of the step waits"), advice=[
+            {"id": "dataloader.num_workers", "kind": "problem", "status": "open"}]))
+        assert not outcome.display  # the advice speaks then
+
+
+@pytest.mark.parametrize("run, size", [(DEMO, size) for size in SIZES] + [(GPU_RUN, (110, 35)), (GPU_RUN, (160, 48))],
+                         ids=lambda v: v.name if hasattr(v, "name") else "x".join(map(str, v)))
+def test_screen_snapshot(snap_compare, tmp_path, run, size):
+    app, _ = replay(tmp_path, run)
+    assert snap_compare(app, terminal_size=size, run_before=settle)
+
+
+def test_a_chart_cell_takes_the_colour_of_the_phase_that_fills_most_of_it():
+    from fastmon.tui.widgets.step_breakdown import filling_most
+
+    # cumulative heights in eighths of a cell: data 1, h2d 0, forward 6, backward 1 (8 in all)
+    column = [1, 1, 7, 8, 8, 8, 8, 8]
+    assert PHASES[filling_most(column, 0)] == "forward"  # not data_wait, though it is at the bottom
+    assert PHASES[filling_most([4, 4, 8, 8, 8, 8, 8, 8], 0)] == "data_wait"  # a tie: the lower one
+    assert PHASES[filling_most([2, 2, 3, 20, 20, 20, 20, 20], 8)] == "backward"

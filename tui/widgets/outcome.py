@@ -1,0 +1,84 @@
+"""What fastmon's changes are doing or did: the experiment under way with its progress,
+at the end the fix with its measured gain and the code that keeps it; for a run with
+nothing to change, that and why."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from fastmon.verdicts import KEPT, OPEN, change_text, rates_text
+from fastmon.advisor.types import PROBLEM
+
+QUIET_STEPS = 50  # a run this far without advice says so
+
+
+def params_text(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "on"
+
+
+def experiment_line(exp: dict) -> Text:
+    """"trying num_workers=4 (2 of 3): 12 of 16 steps, baseline 389 samples/s, now 1,020"."""
+    text = Text("▶ ", style="bold yellow")
+    text.append(f"trying {params_text(exp['params'])}", style="bold")
+    if exp["candidates"] > 1:
+        text.append(f" ({exp['candidate']} of {exp['candidates']})")
+    if exp["state"] in ("applying", "finalizing"):
+        text.append(": waiting for the training to take it at a step's end")
+    elif exp["state"] == "reverting":
+        text.append(": slower or no better, undoing it")
+    else:
+        text.append(f": {min(exp['steps'], exp['needed'])} of {exp['needed']} steps")
+    text.append(f" · baseline {exp['baseline']:,.0f} samples/s")
+    if exp.get("now"):
+        text.append(f" · now {exp['now']:,.0f} samples/s", style="bold")
+    return text
+
+
+def fixed_lines(snap) -> list[Text]:
+    """The kept changes' measured gain, the code that keeps them, then the run before and
+    after (what a short screen cuts first)."""
+    kept = [a for a in snap.applied if a.get("kept") and a.get("speedup")]
+    if not kept:
+        return []
+    lines = []
+    for result in kept:
+        line = Text("✔ fixed ", style="bold green")
+        line.append(f"{params_text(result.get('params') or {})}: ", style="bold")
+        line.append(f"{change_text(result)} ({rates_text(result)})")
+        lines.append(line)
+    for code in (snap.outcome or {}).get("permanent") or []:
+        line = Text("  keep it: ", style="bold")
+        line.append(code, style="cyan")
+        lines.append(line)
+    ba = (snap.outcome or {}).get("before_after")
+    if ba:
+        before, after = ba["before"], ba["after"]
+        lines.append(Text(f"  step {before['step_ms']['median']:,.1f} → {after['step_ms']['median']:,.1f} ms · "
+                          f"data wait {before['phases']['data_wait']:.0%} → {after['phases']['data_wait']:.0%} "
+                          f"of the step (steps {before['from_step']}-{before['to_step']} vs "
+                          f"{after['from_step']}-{after['to_step']})", style="dim"))
+    return lines
+
+
+def quiet_line(snap) -> Text | None:
+    """A run with no problem to fix says so, with the evidence."""
+    problems = [a for a in snap.advice if a.get("kind", PROBLEM) == PROBLEM and a.get("status") in (OPEN, KEPT)]
+    if problems or snap.steps < QUIET_STEPS or not snap.bound:
+        return None
+    text = Text("✔ nothing to change" + (" so far" if snap.status == "running" else ""), style="bold green")
+    text.append(f": {snap.bound[0]}, {snap.bound[1]}")
+    return text
+
+
+class Outcome(Static):
+    def show(self, snap) -> None:
+        if snap.experiment:
+            lines = [experiment_line(snap.experiment)]
+        else:
+            lines = fixed_lines(snap) if snap.outcome is not None else []
+            quiet = None if lines else quiet_line(snap)
+            lines = lines or ([quiet] if quiet else [])
+        self.display = bool(lines)
+        if lines:
+            self.update(Text("\n").join(lines))
