@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import signal
@@ -79,18 +80,21 @@ def split_run_args(argv: list[str]):
 
 
 def run_parser() -> argparse.ArgumentParser:
+    from fastmon.headless import STATUS_EVERY
     from fastmon.session import PROFILE_STEPS
 
     parser = argparse.ArgumentParser(
         prog="fastmon run", description="Run a training script under fastmon, like `python SCRIPT ARGS`. "
                                         "torchrun's options (torch.distributed.run --help) pass through to torchrun.",
         parents=[runs_dir_option()],
-        usage="fastmon run [--headless] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
+        usage="fastmon run [--headless [--status-every SECONDS]] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
               "[--every-step] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] "
               "[--baseline RUN [--fail-if-slower PCT]] [--log-to TRACKERS] [torchrun options] "
               "(SCRIPT | -m MODULE) [ARGS...]")
     parser.add_argument("--headless", action="store_true", help="no dashboard: output passes through, "
                         "a status line every few seconds on stderr, a summary at the end")
+    parser.add_argument("--status-every", type=seconds, default=STATUS_EVERY, metavar="SECONDS",
+                        help=f"headless: seconds between two status lines (default {STATUS_EVERY:g})")
     parser.add_argument("--apply", choices=("ask", "auto", "never"), default=None,
                         help="hot-apply: ask (dashboard default), auto (safe changes only), never (headless default)")
     parser.add_argument("--allow", default="", help="comma-separated advice ids that auto may apply although "
@@ -126,6 +130,16 @@ def trackers(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
 def percent(text: str) -> float:
     try:
         value = float(text)
@@ -159,6 +173,9 @@ def check_target(target: list[str]) -> None:
     if not target:
         raise UsageError("no script given: fastmon run [options] SCRIPT [ARGS...]")
     if target[0] == "-m":
+        if not module_exists(target[1]):
+            raise UsageError(f"no module named {target[1].split('.')[0]!r} (from {os.getcwd()} and "
+                             "the installed packages); nothing started")
         return
     script = Path(target[0])
     if zipfile.is_zipfile(script):
@@ -176,6 +193,21 @@ def check_target(target: list[str]) -> None:
         raise UsageError(f"{script} has a syntax error, not started:\n{detail}") from None
     except ValueError as exc:
         raise UsageError(f"{script} cannot be compiled: {exc}") from None
+
+
+def module_exists(name: str) -> bool:
+    """Whether ``python -m name`` would find its top-level package, looked up as python
+    would from here (the current folder first), without importing it."""
+    from importlib.machinery import PathFinder
+
+    top = name.split(".")[0]
+    return top in sys.builtin_module_names or PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]]) is not None
+
+
+def misplaced_options(target: list[str]) -> list[str]:
+    """fastmon's own options that came after the script, so went to it."""
+    own = {name for name in option_values(run_parser()) if name.startswith("--")} - {"--help"}
+    return [arg for arg in target[1:] if arg.partition("=")[0] in own]
 
 
 def cmd_run(argv: list[str]) -> int:
@@ -222,11 +254,16 @@ def cmd_run(argv: list[str]) -> int:
                          torchrun=torchrun or None, every_step=args.every_step, profile_at=args.profile_at,
                          profile_steps=args.profile_steps, log_to=tuple(args.log_to))
     if headless:
-        code, run_dir = run_headless(options)
+        code, run_dir = run_headless(options, args.status_every)
     else:
         from fastmon.tui.launch import run_dashboard
 
         code, run_dir = run_dashboard(options, exit_on_finish=args.exit_on_finish)
+    misplaced = misplaced_options(target) if code else []
+    if misplaced:
+        sys.stderr.write(f"fastmon: {' '.join(misplaced)} came after the script, so the script got "
+                         f"{'it' if len(misplaced) == 1 else 'them'}: fastmon's options go before SCRIPT "
+                         f"(fastmon run {' '.join(misplaced)} SCRIPT ARGS)\n")
     if not args.baseline:
         return code
     guard = with_runs([str(baseline), str(run_dir)], args.runs_dir,
@@ -234,7 +271,7 @@ def cmd_run(argv: list[str]) -> int:
     return code or guard  # a training that failed says so first
 
 
-def run_headless(options) -> tuple[int, Path]:
+def run_headless(options, status_every: float) -> tuple[int, Path]:
     from fastmon.headless import StatusPrinter
     from fastmon.report import format_text
     from fastmon.session import Session
@@ -254,7 +291,7 @@ def run_headless(options) -> tuple[int, Path]:
     sys.stderr.write(f"[fastmon] recording to {session.run_dir}\n")
     if session.gpu.note:
         sys.stderr.write(f"[fastmon] {session.gpu.note}\n")
-    printer = StatusPrinter(session)
+    printer = StatusPrinter(session, status_every)
     printer.start()
     code = session.wait()
     printer.stop()
@@ -265,11 +302,12 @@ def run_headless(options) -> tuple[int, Path]:
 def cmd_demo(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fastmon demo", parents=[runs_dir_option()],
                                      description="A starved training run, and fastmon fixing it live.")
-    parser.add_argument("--headless", action="store_true")
-    parser.add_argument("--apply", choices=("ask", "auto", "never"), default="auto")
+    parser.add_argument("--headless", action="store_true", help="no dashboard: status lines and the summary")
+    parser.add_argument("--apply", choices=("ask", "auto", "never"), default="auto",
+                        help="auto (default): fastmon fixes the run itself; ask: you press a; never: advice only")
     # enough epochs for both fixes to be measured: more workers, then (over whole epochs)
     # persistent workers; a fast epoch takes ~1-1.5 s here
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=8, help="the demo's epochs (default 8)")
     parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the demo ends")
     args = parser.parse_args(argv)
     from fastmon.examples import starved
@@ -374,7 +412,7 @@ def cmd_export(argv: list[str]) -> int:
 def cmd_replay(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fastmon replay", parents=[runs_dir_option()],
                                      description="Open a recorded run in the dashboard.")
-    parser.add_argument("run", nargs="?", default="latest")
+    parser.add_argument("run", nargs="?", default="latest", help="a run folder, or 'latest' (default)")
     args = parser.parse_args(argv)
     from fastmon.tui.launch import run_replay
 
@@ -425,7 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = COMMANDS.get(argv[0])
     if command is None:
-        sys.stderr.write(f"fastmon: unknown command {argv[0]!r}\n{USAGE}")
+        close = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+        hint = f" — did you mean `fastmon {close[0]}`?" if close else ""
+        script = " (a script goes after `run`: fastmon run SCRIPT ARGS)" if argv[0].endswith(".py") else ""
+        sys.stderr.write(f"fastmon: unknown command {argv[0]!r}{hint}{script}\n{USAGE}")
         return EXIT_USAGE
     try:
         return command(argv[1:])

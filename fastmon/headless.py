@@ -9,7 +9,8 @@ import threading
 from fastmon.advisor import Window, recent
 from fastmon.advisor.types import SUGGESTION, gain_text
 from fastmon.phases import PHASE_LABELS, PHASES
-from fastmon.report import profile_lines, si, spawned_line
+from fastmon.progress import progress, script_args
+from fastmon.report import clock, gib, known, profile_lines, si, spawned_line
 from fastmon.summary import counted_samples, current_rows, first_count, flops_figures
 from fastmon.verdicts import APPLYING, OPEN, result_text
 
@@ -17,8 +18,9 @@ STATUS_EVERY = 3.0
 STATUS_WINDOW = 50
 
 
-def status_line(view) -> str:
-    """The line for a session's ``view`` (fastmon.live_state.LiveView)."""
+def status_line(view, argv: list[str] = ()) -> str:
+    """The line for a session's ``view`` (fastmon.live_state.LiveView); ``argv``: the
+    script's arguments (an --epochs there gives the ETA)."""
     rank0 = view.rank(0)
     steps, rows = rank0.steps, rank0.rows
     gpu = view.gpu[-1] if view.gpu else None
@@ -29,11 +31,19 @@ def status_line(view) -> str:
         return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
     window = Window.from_rows(recent(current_rows(list(rows), list(view.applied), rank0.left_out), STATUS_WINDOW))
     shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
-    parts = [f"[fastmon] step {steps}", f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]
+    epoch, epochs, eta = progress(view.facts, list(argv), steps, window.steps_per_s, view.status == "running")
+    parts = [f"[fastmon] {clock(view.elapsed())} step {steps}"
+             + (f" epoch {epoch}" + (f"/{epochs}" if epochs else "") if epoch else "")
+             + (f" ETA {clock(eta)}" if eta is not None else ""),
+             f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]
     if shares:
         parts.append(shares)
+    trainer = [p["rss"] for p in view.host.get("processes") or () if p.get("role") == "trainer"]
+    if trainer:
+        parts.append(f"RSS {sum(trainer) / 2**30:.1f} GiB")
     if gpu:
-        parts.append("GPU " + " ".join(f"{d.get('util')}%" for d in gpu))
+        parts.append("GPU " + " ".join(f"{known(d.get('util'), '%')} {gib(d.get('mem_used'))}/"
+                                       f"{gib(d.get('mem_total'))} GiB" for d in gpu))
     compute = flops_figures(count, counted_samples(count, rows), window.steps_per_s, window.samples_per_s,
                             view.facts)
     if compute["tflops_per_s"] is not None:
@@ -62,7 +72,7 @@ class StatusPrinter:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             try:
-                sys.stderr.write(("" if self.session.output.line_ended else "\n") + status_line(self.session.view) + "\n")
+                sys.stderr.write(("" if self.session.output.line_ended else "\n") + status_line(self.session.view, script_args(self.session.options.target)) + "\n")
                 for line in self._advice_news() + self._event_news():
                     sys.stderr.write(line + "\n")
                 sys.stderr.flush()

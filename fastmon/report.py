@@ -13,6 +13,17 @@ def mib(n) -> str:
     return f"{(n or 0) / 2**20:,.0f} MiB"
 
 
+def gib(n) -> str:
+    """A byte count in GiB, without the unit; n/a where it was not read."""
+    return "n/a" if n is None else f"{n / 2**30:.1f}"
+
+
+def clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
 def profile_lines(capture: dict) -> list[str]:
     """One torch.profiler capture (the probe's ``profile`` event), for people."""
     steps = f"steps {capture['first']}-{capture['last']}" if capture["last"] > capture["first"] else \
@@ -142,9 +153,12 @@ def format_text(s: dict) -> str:
     lines += startup_lines(s)
     for event in s.get("spawned_training") or []:
         lines.append(f"  note: {spawned_line(event, s.get('script') or 'SCRIPT')}")
-    if not s["steps"] and not s.get("spawned_training"):
-        lines.append("  note: no training step seen: a step ends at optimizer.step() (or at a backward, with no "
-                     "optimizer) in the process fastmon started")
+    if not s["steps"]:
+        if not s.get("spawned_training"):
+            lines.append("  note: no training step seen: a step ends at optimizer.step() (or at a backward, with no "
+                         "optimizer) in the process fastmon started")
+        lines += [f"  the script's output: fastmon replay {s['run']}"]
+        return "\n".join(lines)  # a table of zeros would say nothing more
     lines.append("")
     timed, steady = s.get("timed_steps", s["steps"]), s.get("steady_steps", s["steps"])
     if timed < steady:

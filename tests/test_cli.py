@@ -35,3 +35,47 @@ def test_every_option_of_the_installed_torchrun_passes_through():
 def test_bad_command_lines(argv, message):
     with pytest.raises(UsageError, match=message):
         split_run_args(argv)
+
+
+def test_an_unknown_command_gets_the_nearest_one_and_a_script_the_right_form(capsys):
+    from fastmon.cli import EXIT_USAGE, main
+
+    assert main(["reprot"]) == EXIT_USAGE
+    assert "unknown command 'reprot' — did you mean `fastmon report`?" in capsys.readouterr().err
+    assert main(["train.py"]) == EXIT_USAGE
+    assert "a script goes after `run`: fastmon run SCRIPT ARGS" in capsys.readouterr().err
+
+
+def test_every_option_of_every_command_has_a_help_line(capsys):
+    from fastmon.cli import COMMANDS
+
+    for name, command in COMMANDS.items():
+        with pytest.raises(SystemExit):
+            command(["--help"])
+        shown = capsys.readouterr().out
+        options = [line.split()[0] for line in shown.splitlines() if line.startswith("  -")]
+        assert options, name
+        for line in shown.split("options:")[1].splitlines():
+            if line.startswith("  -") and len(line.split("  ")) < 3:  # "  --x X   help", or help on the next line
+                following = shown.split(line)[1].splitlines()[1:2]
+                assert following and following[0].startswith(" " * 8), f"{name} {line.strip()} has no help"
+
+
+def test_a_missing_module_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    from fastmon.cli import UsageError, check_target
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="no module named 'no_such_module_here'.*nothing started"):
+        check_target(["-m", "no_such_module_here.train"])
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "__init__.py").write_text("")
+    check_target(["-m", "mine.train"])  # found from the current folder, as python -m finds it
+    check_target(["-m", "json.tool"])
+    assert not (tmp_path / "fastmon-runs").exists()
+
+
+def test_fastmon_options_after_the_script_are_named():
+    from fastmon.cli import misplaced_options
+
+    assert misplaced_options(["train.py", "--lr", "3", "--headless", "--apply=auto"]) == ["--headless", "--apply=auto"]
+    assert misplaced_options(["train.py", "--epochs", "3"]) == []

@@ -332,11 +332,31 @@ def test_syntax_error(run_fastmon, tmp_path):
 
 
 @pytest.mark.e2e
-def test_missing_module(run_fastmon):
+def test_missing_module(run_fastmon, tmp_path):
     out = run_fastmon("run", "--headless", "-m", "no_such_module_here")
     assert out.returncode == 2
     assert "no module named 'no_such_module_here'" in out.stderr
     assert "Traceback" not in out.stderr
+    assert not run_dirs(tmp_path)  # nothing was started, nothing recorded
+
+
+@pytest.mark.e2e
+def test_a_fastmon_option_after_the_script_gets_a_hint_not_a_report_of_zeros(run_fastmon):
+    out = run_fastmon("run", EXAMPLES / "healthy.py", "--headless")
+    assert out.returncode == 2  # the script's argparse refused it
+    assert ("fastmon: --headless came after the script, so the script got it: fastmon's options go before "
+            "SCRIPT (fastmon run --headless SCRIPT ARGS)") in out.stderr
+    assert "no training step seen" in out.stderr and "data_wait" not in out.stderr
+
+
+@pytest.mark.e2e
+def test_headless_status_lines_say_elapsed_epoch_eta_and_memory_at_the_pace_asked(run_fastmon):
+    out = run_fastmon("run", "--headless", "--status-every", "0.5", EXAMPLES / "healthy.py", "--epochs", "3")
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stderr.splitlines() if re.match(r"\[fastmon\] \d+:\d\d step [1-9]", line)]
+    assert len(lines) >= 3, out.stderr
+    assert any(re.search(r" epoch \d/3 ETA \d+:\d\d \|", line) for line in lines), lines
+    assert all(re.search(r"\| RSS \d+\.\d GiB", line) for line in lines), lines
 
 
 @pytest.mark.e2e

@@ -444,3 +444,15 @@ def test_the_scripts_colours_are_drawn_not_printed_as_escapes():
     assert coloured["INFO"].color.number == 2  # green
     assert coloured["loss nan"].color.number == 1 and coloured["loss nan"].bold  # bold red
     assert styled("stderr", "\x1b[33mwarn\x1b[0m").plain == "warn"
+
+
+def test_stderr_is_red_only_where_it_reads_as_an_error():
+    from fastmon.tui.widgets.log_pane import styled
+
+    # tqdm, logging and warnings write to stderr too: red there made every run look broken
+    for calm in ("epoch 1: 100%|██████████| 50/50", "UserWarning: Failed to initialize NumPy", "INFO loss 0.3"):
+        assert not styled("stderr", calm).style, calm
+    for error in ("Traceback (most recent call last):", "ValueError: shapes differ",
+                  "torch.OutOfMemoryError: CUDA out of memory"):
+        assert styled("stderr", error).style == "red", error
+    assert not styled("stdout", "ValueError: printed, not raised").style

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastmon.advisor.bound import bound
-from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
 from fastmon.phases import COLUMN, PHASES, StepRow
+from fastmon.progress import progress, script_args
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, counted_samples, current_window, first_count, flops_figures,
                              gpu_figures, permanent_changes, rates, since_last_change, slowed_steps, steady_left_out,
@@ -22,7 +21,6 @@ CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BU
 RECENT_STEPS = 100
 BUSY_SAMPLES = 10  # the GPU samples whose mean utilization the header's verdict reads
 ENDED = ("finished", "crashed", "detached", "ended")  # a run in these shows its steady run as it is now
-_EPOCHS_ARG = re.compile(r"^--(?:max[-_]|num[-_])?epochs?(?:=(\d+))?$")
 
 
 @dataclass
@@ -79,28 +77,9 @@ def chart_buckets(rows: list) -> tuple[list[dict], int]:
     return out, per
 
 
-def epochs_from_argv(argv: list[str]) -> int | None:
-    """``--epochs N`` (or --max-epochs / --num-epochs) in the script's arguments, if any."""
-    for i, arg in enumerate(argv):
-        match = _EPOCHS_ARG.match(arg)
-        if match:
-            value = match.group(1) or (argv[i + 1] if i + 1 < len(argv) else "")
-            if value.isdigit():
-                return int(value)
-    return None
-
-
 def fill_progress(snap: Snapshot, facts: dict, argv: list[str]) -> None:
-    loader = Facts(values=facts).training_loader()
-    snap.epochs_total = epochs_from_argv(argv)
-    if loader is None:
-        return
-    snap.epoch = loader.get("epochs")
-    per_epoch = loader.get("len")
-    rate = snap.recent.steps_per_s
-    if snap.epochs_total and per_epoch and rate > 0 and snap.status == "running":
-        remaining = snap.epochs_total * per_epoch - snap.steps
-        snap.eta_s = max(remaining, 0) / rate
+    snap.epoch, snap.epochs_total, snap.eta_s = progress(facts, argv, snap.steps, snap.recent.steps_per_s,
+                                                         snap.status == "running")
 
 
 def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
@@ -187,8 +166,7 @@ class LiveSource:
         rank_rows = {rank: list(rs.rows[-CHART_STEPS:]) for rank, rs in view.ranks.items()}
         first = view.first_rank
         rows = rank_rows.get(min(rank_rows), []) if rank_rows else []
-        target = session.options.target
-        argv = list(target[2:] if target[0] == "-m" else target[1:])
+        argv = script_args(session.options.target)
         current, ended = self._ended(view) if view.status in ENDED and rows else (None, None)
         return build(title=self.title, status=view.status, exit_code=view.exit_code, elapsed=view.elapsed(),
                      steps=first.steps, run=first.steady_rates(), rows=rows, rank_rows=rank_rows,
@@ -290,8 +268,7 @@ class ReplaySource:
         gpu = [s for ts, _, s in self.gpu if ts <= t] if not at_end else [s for _, _, s in self.gpu]
         exit_code = self.meta.get("exit_code")
         status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
-        target = self.meta.get("target") or []
-        argv = target[2:] if target[:1] == ["-m"] else target[1:]
+        argv = script_args(self.meta.get("target") or [])
         started = self.meta.get("started") or (rows[0].t_end if rows else 0)
         return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
                      elapsed=max(t - started, 0.0), steps=self.position, run=self._run_upto(), rows=rows,

@@ -11,13 +11,9 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from fastmon.report import gpu_run_line, known
+from fastmon.report import gib, gpu_run_line, known
 from fastmon.session import SAMPLE_EVERY
 from fastmon.tui.widgets.gpu_line import gpu_line
-
-
-def gib(n) -> str:
-    return "n/a" if n is None else f"{n / 2**30:.1f}"
 
 
 def meter(percent: float | None, width: int) -> Text:

@@ -6,11 +6,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from fastmon.report import mib
+
 BLOCKS = " ▁▂▃▄▅▆▇█"
-
-
-def mib(n) -> str:
-    return f"{(n or 0) / 2**20:,.0f} MiB"
 
 
 class HostPanel(Static):

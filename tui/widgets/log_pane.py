@@ -7,6 +7,8 @@ not every redraw joined; the line still being drawn shows in the ``LiveLine`` be
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 from textual.widgets import RichLog, Static
 
@@ -19,9 +21,14 @@ def as_shown(line: str) -> str:
     return line.removesuffix("\r").rpartition("\r")[2]
 
 
+# stderr carries progress bars, logging and warnings as much as errors: only what reads
+# as an error (a traceback, "ValueError: ...") is red; the rest as a terminal shows it.
+ERROR_LINE = re.compile(r"^(Traceback \(most recent call last\)|[A-Za-z_.]*(Error|Exception)\b.*:)")
+
+
 def styled(stream: str, line: str, **kwargs) -> Text:
     """The line as a terminal shows it: its ANSI colours drawn, not printed as escapes."""
-    return Text.from_ansi(line, style="red" if stream == "stderr" else "", **kwargs)
+    return Text.from_ansi(line, style="red" if stream == "stderr" and ERROR_LINE.match(line) else "", **kwargs)
 
 
 class LogPane(RichLog):

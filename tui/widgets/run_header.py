@@ -6,16 +6,10 @@ from rich.text import Text
 from textual.widgets import Static
 
 from fastmon.phases import PHASES
-from fastmon.report import si
+from fastmon.report import clock, si
 
 STATUS_STYLE = {"running": "bold green", "starting": "yellow", "finished": "bold cyan", "crashed": "bold red",
                 "detached": "yellow", "stopping": "bold yellow", "replay": "bold magenta", "ended": "bold cyan"}
-
-
-def clock(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
 def status_text(snap) -> str:
