@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # What each package may import besides the standard library: the whole allow-list. A new
 # dependency between packages is a decision, made here.
 MONITOR = {"fastmon", "fastmon.advisor", "fastmon.phases", "fastmon.records", "fastmon.report", "fastmon.session",
-           "fastmon.summary", "fastmon.step_table", "fastmon.trace_export", "fastmon.verdicts", "fastmon.headless"}
+           "fastmon.summary", "fastmon.step_table", "fastmon.trace_export", "fastmon.verdicts", "fastmon.headless",
+           "fastmon.progress"}
 ALLOWED = {
     # pure rules over windows and facts: testable without torch, a GPU or a screen
     "advisor": {"fastmon.advisor", "fastmon.phases"},
