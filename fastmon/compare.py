@@ -11,8 +11,8 @@ from fastmon.records import RunRecord
 from fastmon.report import mib
 from fastmon.step_table import StepTable
 from fastmon.summary import slowed_steps, steady_left_out, summarize
-from fastmon.verdicts import NO_CHANGE, SLOWER, change_text, is_recommended, judge, rate_error, rates_text, \
-    result_text, speed_interval
+from fastmon.verdicts import BETWEEN_RUNS_NOISE, NO_CHANGE, SLOWER, change_text, is_recommended, judge, rate_error, \
+    rates_text, result_text, speed_interval
 
 BLOCKS = 10  # a run's steady steps in this many blocks: their spread is its noise
 WORKLOAD = ("script", "arguments", "batch", "world_size")
@@ -107,7 +107,7 @@ def judged(a: dict, b: dict) -> dict:
     rates = {"before_samples_per_s": round(a["samples_per_s"], 3), "after_samples_per_s": round(b["samples_per_s"], 3)}
     if not a["samples_per_s"] or not b["samples_per_s"]:
         return {**rates, "speedup": None, "speedup_interval": None, "verdict": judge(None)}
-    interval = speed_interval(b["samples_per_s"] / a["samples_per_s"], (a["error"], b["error"]))
+    interval = speed_interval(b["samples_per_s"] / a["samples_per_s"], (a["error"], b["error"]), BETWEEN_RUNS_NOISE)
     return {**rates, "speedup": round(interval[0], 4),
             "speedup_interval": [round(interval[1], 4), round(interval[2], 4)], "verdict": judge(interval)}
 

@@ -104,3 +104,18 @@ def test_a_slower_dataset_is_a_regression_explained_by_data_wait(tmp_path, run_f
     assert compare(first, third, "--fail-if-slower", "10", cwd=tmp_path).returncode == EXIT_SLOWER
     # a limit beyond the slowdown passes
     assert compare(first, third, "--fail-if-slower", "500", cwd=tmp_path).returncode == 0
+
+
+def test_two_runs_are_judged_with_the_noise_of_two_processes():
+    # The two healthy.py runs CI once judged "faster: +11% [+4%, +18%]", nothing changed:
+    # between runs the interval is at least ±15%; a live change keeps its ±5%.
+    from fastmon.compare import judged
+
+    a = {"samples_per_s": 1000.0, "error": 0.015}
+    same = judged(a, {"samples_per_s": 1110.0, "error": 0.02})
+    assert same["verdict"] == "no measurable change" and same["speedup_interval"] == [0.9435, 1.2765]
+    slowed = judged(a, {"samples_per_s": 630.0, "error": 0.02})
+    assert slowed["verdict"] == "slower"
+    from fastmon.verdicts import speed_interval
+
+    assert speed_interval(1.11, (0.015, 0.02))[1] > 1  # the same ratio, live: faster
