@@ -14,6 +14,13 @@ from fastmon.phases import StepRow
 from fastmon.summary import rates
 
 HISTORY = 20_000  # step rows kept in memory per rank for the screens
+RSS_HISTORY = 120  # host samples' RSS kept for the screens: a minute at 2 Hz
+
+
+def training_rss(sample: dict) -> int | None:
+    """The RSS of the trainer and its DataLoader workers in a host sample."""
+    processes = [p for p in sample.get("processes") or () if p.get("role") in ("trainer", "worker")]
+    return sum(p.get("rss") or 0 for p in processes) if processes else None
 
 
 def without(rows, step_ranges) -> list[StepRow]:
@@ -71,6 +78,7 @@ class LiveState:
     facts: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
     host: dict = field(default_factory=dict)
+    rss: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RSS_HISTORY))
     gpu: collections.deque = field(default_factory=lambda: collections.deque(maxlen=600))
     advice: dict = field(default_factory=dict)  # id -> advice dict with "status"
     applied: list = field(default_factory=list)
@@ -92,6 +100,7 @@ class LiveState:
             status=self.status, exit_code=self.exit_code, started=self.started, ended=self.ended,
             ranks=MappingProxyType({rank: rs.view() for rank, rs in self.ranks.items()}),
             facts=MappingProxyType(dict(self.facts)), events=tuple(self.events), host=MappingProxyType(dict(self.host)),
+            rss=tuple(self.rss),
             gpu=tuple(self.gpu), advice=tuple(MappingProxyType(dict(a)) for a in self.advice.values()),
             applied=tuple(self.applied), output=tuple(self.output), output_seq=self.output_seq, dropped=self.dropped,
             capturing=self.capturing, captured=tuple(self.captured), slowed=tuple(self.slowed), experiment=experiment)
@@ -109,6 +118,7 @@ class LiveView:
     facts: Mapping = field(default_factory=lambda: MappingProxyType({}))
     events: tuple = ()
     host: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    rss: tuple = ()  # the training's RSS (trainer and workers), per host sample, oldest first
     gpu: tuple = ()  # GPU samples, oldest first: each a list with one dict per device
     advice: tuple = ()
     applied: tuple = ()  # the experiments' results, in the order they ended

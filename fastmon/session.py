@@ -25,7 +25,7 @@ from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
-from fastmon.live_state import LiveState, LiveView, RankState
+from fastmon.live_state import LiveState, LiveView, RankState, training_rss
 from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.sample_count import samples_in_first
@@ -315,6 +315,9 @@ class Session:
 
     def _take_sample(self, sample: dict, gpus: list) -> None:
         self._state.host = sample
+        rss = training_rss(sample)
+        if rss is not None:
+            self._state.rss.append(rss)
         if gpus:
             self._state.gpu.append(gpus)
 

@@ -93,6 +93,11 @@ def is_recommended(advice: dict) -> bool:
     return advice.get("status", OPEN) not in (TRIED, DISMISSED)
 
 
+def params_text(params: dict) -> str:
+    """A change's parameters as code reads them: "num_workers=4"."""
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "on"
+
+
 def change_text(result: dict) -> str:
     """The measured change with its interval: "+12% samples/s [+5%, +19%]"."""
     speedup, interval = result.get("speedup"), result.get("speedup_interval")

@@ -193,3 +193,47 @@ def test_a_chart_cell_takes_the_colour_of_the_phase_that_fills_most_of_it():
     assert PHASES[filling_most(column, 0)] == "forward"  # not data_wait, though it is at the bottom
     assert PHASES[filling_most([4, 4, 8, 8, 8, 8, 8, 8], 0)] == "data_wait"  # a tie: the lower one
     assert PHASES[filling_most([2, 2, 3, 20, 20, 20, 20, 20], 8)] == "backward"
+
+
+async def test_the_chart_marks_where_a_change_landed(tmp_path):
+    app, _ = replay(tmp_path, DEMO)  # num_workers=2 applied at step 25 (the report's "at step 25")
+    async with app.run_test(size=(110, 35)) as pilot:
+        await settle(pilot)
+        from fastmon.tui.widgets.step_breakdown import AXIS_WIDTH, StepBreakdown
+
+        chart = app.query_one(StepBreakdown)
+        lines = [line.text for line in map(chart.render_line, range(chart.content_size.height))]
+        axis, ticks = lines[-2], lines[-1]
+        column = axis.index("┴") - AXIS_WIDTH
+        assert ticks[AXIS_WIDTH + column:].startswith("▲ num_workers=2")
+        assert chart.bucket_first[column] <= 25 < chart.bucket_first[column + 1]
+        assert ticks.startswith(" " * AXIS_WIDTH + "step 0") and ticks.rstrip().endswith("99")
+
+
+async def test_in_replay_the_output_pane_follows_the_selected_step(tmp_path):
+    import re
+
+    from fastmon.tui.widgets.log_pane import LogPane
+
+    app, _ = replay(tmp_path, GPU_RUN)  # nanoGPT prints "iter N: loss ..." every 10 steps
+
+    def last_iter() -> int | None:
+        text = "\n".join("".join(segment.text for segment in strip) for strip in app.query_one(LogPane).lines)
+        found = re.findall(r"^iter (\d+):", text, re.M)
+        return int(found[-1]) if found else None
+
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert last_iter() == 300  # the end: all of it
+        await pilot.press("home")
+        await pilot.pause(0.1)
+        assert last_iter() in (None, 0)
+        await pilot.press("pagedown")
+        await pilot.pause(0.1)
+        assert app.source.position == 101 and 90 <= last_iter() <= 101
+        await pilot.press("pageup")  # back: the pane is drawn again up to the step
+        await pilot.pause(0.1)
+        assert last_iter() in (None, 0)
+        await pilot.press("end")
+        await pilot.pause(0.1)
+        assert last_iter() == 300

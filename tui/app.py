@@ -137,8 +137,10 @@ class FastmonApp(App[str | None]):
     def _redraw(self) -> None:
         base = self.screen_stack[0]  # the dashboard, drawn on behind any dialog
         log = base.query_one(LogPane)
-        chunks = self.source.new_output()
-        if chunks:
+        again, chunks = self.source.new_output()
+        if again:
+            log.start_over()
+        if chunks or again:
             log.add(chunks)
             base.query_one(LiveLine).show(*log.live)
         if not self.source.replay:
@@ -211,7 +213,7 @@ class FastmonApp(App[str | None]):
     def on_run_ended(self, message: RunEnded) -> None:
         try:
             log = self.query_one(LogPane)
-            log.add(self.source.new_output())
+            log.add(self.source.new_output()[1])
             log.flush_partial()
             self.query_one(LiveLine).show(*log.live)
         except NoMatches:

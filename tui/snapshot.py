@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 from dataclasses import dataclass, field
@@ -9,8 +10,10 @@ from pathlib import Path
 
 from fastmon.advisor.bound import bound
 from fastmon.advisor.window import Window, recent
+from fastmon.live_state import RSS_HISTORY, training_rss
 from fastmon.phases import COLUMN, PHASES, StepRow
 from fastmon.progress import progress, script_args
+from fastmon.verdicts import params_text
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, counted_samples, current_window, first_count, flops_figures,
                              gpu_figures, permanent_changes, rates, since_last_change, slowed_steps, steady_left_out,
@@ -20,6 +23,7 @@ CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
 RECENT_STEPS = 100
 BUSY_SAMPLES = 10  # the GPU samples whose mean utilization the header's verdict reads
+OUTPUT_AGAIN = 2000  # after a move back in replay, the pane is drawn again from this many chunks back
 ENDED = ("finished", "crashed", "detached", "ended")  # a run in these shows its steady run as it is now
 
 
@@ -34,6 +38,10 @@ class Snapshot:
     recent: Window = field(default_factory=Window)  # the steps that show the run as it is now
     buckets: list = field(default_factory=list)  # [{phase: ms}] oldest first
     bucket_steps: int = 1
+    bucket_first: list = field(default_factory=list)  # each bucket's first step
+    last_step: int = 0  # the chart's last step
+    marks: list = field(default_factory=list)  # [(step, what)]: where a change landed
+    memory: dict = field(default_factory=dict)  # "rss", "allocated": bytes over the last minute / chart
     epoch: int | None = None
     epochs_total: int | None = None
     eta_s: float | None = None
@@ -57,12 +65,13 @@ class Snapshot:
     selected: StepRow | None = None  # in replay: the step at the scrubber
 
 
-def chart_buckets(rows: list) -> tuple[list[dict], int]:
-    """Mean ms per step of each phase, per bucket of steps. A bucket's time is all its
-    steps'; its split is that of its timed steps, or of the last bucket that had some."""
+def chart_buckets(rows: list) -> tuple[list[dict], int, list[int]]:
+    """Mean ms per step of each phase, per bucket of steps, and each bucket's first step. A
+    bucket's time is all its steps'; its split is that of its timed steps, or of the last
+    bucket that had some."""
     rows = rows[-CHART_STEPS:]
     if not rows:
-        return [], 1
+        return [], 1, []
     per = max(1, -(-len(rows) // CHART_BUCKETS))
     out = []
     split = {p: 1.0 if p == "other" else 0.0 for p in PHASES}
@@ -74,7 +83,7 @@ def chart_buckets(rows: list) -> tuple[list[dict], int]:
             split = {p: sum(r[COLUMN[p]] for r in timed) / timed_wall for p in PHASES}
         mean_ms = sum(r.wall for r in chunk) / len(chunk) * 1e3
         out.append({p: mean_ms * split[p] for p in PHASES})
-    return out, per
+    return out, per, [rows[start].step for start in range(0, len(rows), per)]
 
 
 def fill_progress(snap: Snapshot, facts: dict, argv: list[str]) -> None:
@@ -93,7 +102,7 @@ def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
 def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
           advice, applied, dropped, replay=None, capturing=False, current: Window | None = None,
           flops_count: dict | None = None, gpu_busy: float | None = None, experiment: dict | None = None,
-          outcome: dict | None = None, selected: StepRow | None = None) -> Snapshot:
+          outcome: dict | None = None, selected: StepRow | None = None, rss: list = ()) -> Snapshot:
     """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
     ``current``: the steady run since the last change, for a run that has ended (the
     report's figures); else the shares are of the latest steps; ``flops_count``: the
@@ -103,7 +112,14 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
                     run=run, capturing=capturing, experiment=experiment, outcome=outcome, selected=selected)
     snap.recent = current or Window.from_rows(recent(since_last_change(rows, applied), RECENT_STEPS))
-    snap.buckets, snap.bucket_steps = chart_buckets(rows)
+    snap.buckets, snap.bucket_steps, snap.bucket_first = chart_buckets(rows)
+    snap.last_step = rows[-1].step if rows else 0
+    # where each change landed: the chart marks it
+    snap.marks = [(r["step"], params_text(r.get("params") or {})) for r in applied if r.get("step") is not None]
+    if experiment:
+        snap.marks.append((experiment["from_step"], "trying " + params_text(experiment["params"])))
+    snap.memory = {"rss": list(rss)[-RSS_HISTORY:],
+                   "allocated": [r.mem_alloc for r in rows if r.timed and r.mem_alloc is not None]}
     timed = [r for r in rows[-RECENT_STEPS:] if r.timed]
     if timed:
         last = timed[-1]
@@ -175,7 +191,7 @@ class LiveSource:
                      dropped=view.dropped, capturing=view.capturing, current=current,
                      flops_count=first_count(view.events_of("flops")),
                      gpu_busy=None if current is not None else recent_busy(view.gpu),  # the ended run's: the report
-                     experiment=view.experiment, outcome=ended)
+                     experiment=view.experiment, outcome=ended, rss=view.rss)
 
     @property
     def run_dir(self):
@@ -184,11 +200,13 @@ class LiveSource:
     def events(self, kind: str) -> list[dict]:
         return self.session.view.events_of(kind)
 
-    def new_output(self) -> list[tuple[str, str]]:
+    def new_output(self) -> tuple[bool, list[tuple[str, str]]]:
+        """(whether the pane starts over, the (stream, text) chunks to add): a live run's
+        chunks printed since the last call."""
         view = self.session.view
         fresh = min(view.output_seq - self._output_seen, len(view.output))
         self._output_seen = view.output_seq
-        return list(view.output[-fresh:]) if fresh > 0 else []
+        return False, list(view.output[-fresh:]) if fresh > 0 else []
 
 
 class ReplaySource:
@@ -206,6 +224,7 @@ class ReplaySource:
         self.meta = record.meta()
         self.facts = record.facts()
         self.host = record.samples("host")
+        self._host_times = [ts for ts, _, _ in self.host]
         self.gpu = record.samples("gpu")
         self.advice = record.advice()
         self.applied = record.applied()
@@ -220,7 +239,8 @@ class ReplaySource:
         self._current: Window | None = None
         self.position = len(self.table)  # steps shown: the first this many
         self.title = " ".join(self.meta.get("target") or []) or str(run_dir)
-        self._log_sent = False
+        self._log_times = [t for t, _, _ in self.log]
+        self._log_shown = 0  # chunks of the log in the output pane
 
     @property
     def length(self) -> int:
@@ -252,6 +272,10 @@ class ReplaySource:
         span = steady_span(self.record, self.ranks[0], self.table, self.left_out) if self.ranks else None
         return next(iter(util_in_span(self.gpu, span).values()), None)
 
+    def _host_upto(self, t: float) -> int:
+        """How many host samples were taken by time ``t``."""
+        return bisect.bisect_right(self._host_times, t)
+
     def move(self, delta: int) -> None:
         self.position = min(max(self.position + delta, 1 if self.length else 0), self.length)
 
@@ -264,7 +288,8 @@ class ReplaySource:
         rows = rank_rows.get(self.ranks[0], []) if self.ranks else []
         t = rows[-1].t_end if rows else 0.0
         at_end = self.position == self.length
-        host = next((s for ts, _, s in reversed(self.host) if ts <= t), self.host[-1][2] if self.host else {})
+        upto = self._host_upto(t)
+        host = self.host[upto - 1][2] if upto else (self.host[-1][2] if self.host else {})
         gpu = [s for ts, _, s in self.gpu if ts <= t] if not at_end else [s for _, _, s in self.gpu]
         exit_code = self.meta.get("exit_code")
         status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
@@ -278,13 +303,22 @@ class ReplaySource:
                      current=self._current_window() if at_end and rows else None,
                      flops_count=first_count(e for e in self.events("flops") if e["from_step"] < self.position),
                      gpu_busy=self._steady_busy if at_end else recent_busy(gpu),
-                     outcome=self._outcome if at_end else None, selected=rows[-1] if rows else None)
+                     outcome=self._outcome if at_end else None, selected=rows[-1] if rows else None,
+                     rss=[r for ts, _, s in self.host[:self._host_upto(t)][-RSS_HISTORY:]
+                          if (r := training_rss(s)) is not None])
 
     def events(self, kind: str) -> list[dict]:
         return [e for e in self.recorded_events if e["kind"] == kind]
 
-    def new_output(self) -> list[tuple[str, str]]:
-        if self._log_sent:
-            return []
-        self._log_sent = True
-        return [(stream, text) for _, stream, text in self.log]
+    def new_output(self) -> tuple[bool, list[tuple[str, str]]]:
+        """What the script had printed by the selected step (all of it at the end): the
+        chunks since the last call, or, after a move back, the pane anew."""
+        upto = len(self.log)
+        if self.position < self.length:
+            at_step = self.table.steps[self.position - 1] if self.position else -1
+            row = self.record.steps_upto(self.ranks[0], at_step, 1) if self.ranks else []
+            upto = bisect.bisect_right(self._log_times, row[0].t_end) if row else 0
+        shown, self._log_shown = self._log_shown, upto
+        if upto >= shown:
+            return False, [(stream, text) for _, stream, text in self.log[shown:upto]]
+        return True, [(stream, text) for _, stream, text in self.log[max(upto - OUTPUT_AGAIN, 0):upto]]

@@ -1,5 +1,5 @@
 """The host (psutil): the trainer's and each DataLoader worker's CPU and memory, the
-system's CPU per core and RAM."""
+system's CPU per core and RAM, and memory over time (the training's RSS, torch's allocator)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,14 @@ from textual.widgets import Static
 from fastmon.report import mib
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def spark(values: list, width: int) -> str:
+    """The last ``width`` values as bars from the lowest to the highest of them."""
+    values = values[-width:]
+    low, high = min(values), max(values)
+    span = (high - low) or 1
+    return "".join(BLOCKS[1 + round((v - low) / span * (len(BLOCKS) - 2))] for v in values)
 
 
 class HostPanel(Static):
@@ -35,4 +43,13 @@ class HostPanel(Static):
         text.append("".join(BLOCKS[min(int(c / 100 * (len(BLOCKS) - 1) + 0.5), len(BLOCKS) - 1)] for c in cores),
                     style="green")
         text.append(f"\nRAM {mib(host.get('ram_used'))} of {mib(host.get('ram_total'))}")
+        memory, width = snap.memory, max(min(self.content_size.width - 28, 60), 8)
+        if memory.get("rss"):  # memory over time: a leak shows as a climb
+            text.append("\nRSS, training  ")
+            text.append(spark(memory["rss"], width), style="cyan")
+            text.append(f" {mib(memory['rss'][-1])}")
+        if any(memory.get("allocated") or ()):
+            text.append("\ntorch allocated ")
+            text.append(spark(memory["allocated"], width), style="magenta")
+            text.append(f" {mib(memory['allocated'][-1])}")
         self.update(text, layout=False)  # its size is the CSS's, whatever the text

@@ -55,6 +55,12 @@ class LogPane(RichLog):
                 shown = as_shown(self._partial[other])
                 self.live = (other, shown) if shown else ("", "")
 
+    def start_over(self) -> None:
+        """Empty, as before the first chunk (a replay moved back)."""
+        self.clear()
+        self._partial = {"stdout": "", "stderr": ""}
+        self.live = ("", "")
+
     def flush_partial(self) -> None:
         for stream, rest in self._partial.items():
             if shown := as_shown(rest):

@@ -7,14 +7,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from fastmon.verdicts import KEPT, OPEN, change_text, rates_text
+from fastmon.verdicts import KEPT, OPEN, change_text, params_text, rates_text
 from fastmon.advisor.types import PROBLEM
 
 QUIET_STEPS = 50  # a run this far without advice says so
-
-
-def params_text(params: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in params.items()) or "on"
 
 
 def experiment_line(exp: dict) -> Text:

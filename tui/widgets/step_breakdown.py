@@ -63,11 +63,14 @@ class StepBreakdown(Widget):
         self.buckets: list[dict] = []
         self.bucket_steps = 1
         self.last_step = 0
+        self.bucket_first: list[int] = []
+        self.marks: list[tuple[int, str]] = []
         self._strips: list[Strip] = []
         self._drawn_for: tuple | None = None  # the size and style the strips were built for; None: rebuild
 
     def show(self, snap) -> None:
-        self.buckets, self.bucket_steps, self.last_step = snap.buckets, snap.bucket_steps, snap.steps
+        self.buckets, self.bucket_steps, self.last_step = snap.buckets, snap.bucket_steps, snap.last_step
+        self.bucket_first, self.marks = snap.bucket_first, snap.marks
         self._drawn_for = None
         self.refresh()
 
@@ -120,8 +123,34 @@ class StepBreakdown(Widget):
             if run:
                 segments.append(Segment("".join(run), run_style))
             lines.append(Strip(segments))
-        first = max(self.last_step - len(buckets) * self.bucket_steps, 0)
-        axis = " " * 7 + "└" + "─" * len(buckets)
-        ticks = (" " * AXIS_WIDTH + f"step {first}".ljust(max(len(buckets) - len(str(self.last_step)), 1))
-                 + str(self.last_step))
-        return [*lines, Strip([Segment(axis, dim)]), Strip([Segment(ticks, dim)])]
+        firsts = self.bucket_first[-len(buckets):]
+        first = firsts[0] if firsts else 0
+        axis = [" "] * 7 + ["└"] + ["─"] * len(buckets)
+        ticks = list(" " * AXIS_WIDTH + f"step {first}".ljust(max(len(buckets) - len(str(self.last_step)), 1))
+                     + str(self.last_step))
+        ticks += [" "] * (len(axis) - len(ticks))
+        marked_axis, marked_ticks = set(), set()
+        for step, what in self.marks:  # where each change landed, under its column
+            column = bisect_right(firsts, step) - 1
+            if 0 <= column < len(buckets):
+                at = AXIS_WIDTH + column
+                axis[at] = "┴"
+                marked_axis.add(at)
+                label = f"▲ {what}"[:len(ticks) - at]
+                ticks[at:at + len(label)] = label
+                marked_ticks.update(range(at, at + len(label)))
+        mark = base + Style(color="yellow", bold=True)
+        return [*lines, Strip(styled_runs(axis, marked_axis, dim, mark)),
+                Strip(styled_runs(ticks, marked_ticks, dim, mark))]
+
+
+def styled_runs(chars: list[str], marked: set[int], plain: Style, mark: Style) -> list[Segment]:
+    """One segment per run of marked or plain characters."""
+    segments: list[Segment] = []
+    for i, char in enumerate(chars):
+        style = mark if i in marked else plain
+        if segments and segments[-1].style is style:
+            segments[-1] = Segment(segments[-1].text + char, style)
+        else:
+            segments.append(Segment(char, style))
+    return segments
