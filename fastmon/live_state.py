@@ -15,6 +15,7 @@ from fastmon.summary import rates
 
 HISTORY = 20_000  # step rows kept in memory per rank for the screens
 RSS_HISTORY = 120  # host samples' RSS kept for the screens: a minute at 2 Hz
+LOSS_HISTORY = 600  # training losses the script printed, kept for the screens
 
 
 def training_rss(sample: dict) -> int | None:
@@ -79,6 +80,7 @@ class LiveState:
     events: list = field(default_factory=list)
     host: dict = field(default_factory=dict)
     rss: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RSS_HISTORY))
+    losses: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOSS_HISTORY))
     gpu: collections.deque = field(default_factory=lambda: collections.deque(maxlen=600))
     advice: dict = field(default_factory=dict)  # id -> advice dict with "status"
     applied: list = field(default_factory=list)
@@ -100,7 +102,7 @@ class LiveState:
             status=self.status, exit_code=self.exit_code, started=self.started, ended=self.ended,
             ranks=MappingProxyType({rank: rs.view() for rank, rs in self.ranks.items()}),
             facts=MappingProxyType(dict(self.facts)), events=tuple(self.events), host=MappingProxyType(dict(self.host)),
-            rss=tuple(self.rss),
+            rss=tuple(self.rss), losses=tuple(self.losses),
             gpu=tuple(self.gpu), advice=tuple(MappingProxyType(dict(a)) for a in self.advice.values()),
             applied=tuple(self.applied), output=tuple(self.output), output_seq=self.output_seq, dropped=self.dropped,
             capturing=self.capturing, captured=tuple(self.captured), slowed=tuple(self.slowed), experiment=experiment)
@@ -119,6 +121,7 @@ class LiveView:
     events: tuple = ()
     host: Mapping = field(default_factory=lambda: MappingProxyType({}))
     rss: tuple = ()  # the training's RSS (trainer and workers), per host sample, oldest first
+    losses: tuple = ()  # the training losses the script printed (fastmon.printed_loss), oldest first
     gpu: tuple = ()  # GPU samples, oldest first: each a list with one dict per device
     advice: tuple = ()
     applied: tuple = ()  # the experiments' results, in the order they ended

@@ -26,6 +26,7 @@ from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
 from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
 from fastmon.live_state import LiveState, LiveView, RankState, training_rss
+from fastmon.printed_loss import printed_losses
 from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.sample_count import samples_in_first
@@ -202,6 +203,7 @@ class Session:
     def _take_output(self, stream: str, text: str) -> None:
         self._state.output.append((stream, text))
         self._state.output_seq += 1
+        self._state.losses.extend(printed_losses(text))
 
     def _ask_to_close_output(self, stream: str) -> bool | None:
         """The trainer holds a copy of the stream's read end (not under torchrun): ask it to

@@ -237,3 +237,15 @@ async def test_in_replay_the_output_pane_follows_the_selected_step(tmp_path):
         await pilot.press("end")
         await pilot.pause(0.1)
         assert last_iter() == 300
+
+
+async def test_the_loss_the_script_printed_is_shown_and_drawn(tmp_path):
+    app, _ = replay(tmp_path, GPU_RUN)  # nanoGPT's last line: "iter 300: loss 4.1758, ..."
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert " · loss 4.176 · " in text_of(app.query_one(RunHeader))
+        host = text_of(app.query_one("#host-panel"))
+        assert "loss, printed  " in host and host.split("loss, printed  ")[1].split("\n")[0].endswith(" 4.176")
+        await pilot.press("home")
+        await pilot.pause(0.1)
+        assert " · loss 4.261 · " in text_of(app.query_one(RunHeader))  # what it had printed by its first step

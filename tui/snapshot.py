@@ -10,7 +10,8 @@ from pathlib import Path
 
 from fastmon.advisor.bound import bound
 from fastmon.advisor.window import Window, recent
-from fastmon.live_state import RSS_HISTORY, training_rss
+from fastmon.live_state import LOSS_HISTORY, RSS_HISTORY, training_rss
+from fastmon.printed_loss import printed_losses
 from fastmon.phases import COLUMN, PHASES, StepRow
 from fastmon.progress import progress, script_args
 from fastmon.verdicts import params_text
@@ -42,6 +43,7 @@ class Snapshot:
     last_step: int = 0  # the chart's last step
     marks: list = field(default_factory=list)  # [(step, what)]: where a change landed
     memory: dict = field(default_factory=dict)  # "rss", "allocated": bytes over the last minute / chart
+    losses: list = field(default_factory=list)  # the training losses the script printed, oldest first
     epoch: int | None = None
     epochs_total: int | None = None
     eta_s: float | None = None
@@ -102,7 +104,8 @@ def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
 def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
           advice, applied, dropped, replay=None, capturing=False, current: Window | None = None,
           flops_count: dict | None = None, gpu_busy: float | None = None, experiment: dict | None = None,
-          outcome: dict | None = None, selected: StepRow | None = None, rss: list = ()) -> Snapshot:
+          outcome: dict | None = None, selected: StepRow | None = None, rss: list = (),
+          losses: list = ()) -> Snapshot:
     """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
     ``current``: the steady run since the last change, for a run that has ended (the
     report's figures); else the shares are of the latest steps; ``flops_count``: the
@@ -118,6 +121,7 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     snap.marks = [(r["step"], params_text(r.get("params") or {})) for r in applied if r.get("step") is not None]
     if experiment:
         snap.marks.append((experiment["from_step"], "trying " + params_text(experiment["params"])))
+    snap.losses = list(losses)[-LOSS_HISTORY:]
     snap.memory = {"rss": list(rss)[-RSS_HISTORY:],
                    "allocated": [r.mem_alloc for r in rows if r.timed and r.mem_alloc is not None]}
     timed = [r for r in rows[-RECENT_STEPS:] if r.timed]
@@ -191,7 +195,7 @@ class LiveSource:
                      dropped=view.dropped, capturing=view.capturing, current=current,
                      flops_count=first_count(view.events_of("flops")),
                      gpu_busy=None if current is not None else recent_busy(view.gpu),  # the ended run's: the report
-                     experiment=view.experiment, outcome=ended, rss=view.rss)
+                     experiment=view.experiment, outcome=ended, rss=view.rss, losses=view.losses)
 
     @property
     def run_dir(self):
@@ -240,6 +244,9 @@ class ReplaySource:
         self.position = len(self.table)  # steps shown: the first this many
         self.title = " ".join(self.meta.get("target") or []) or str(run_dir)
         self._log_times = [t for t, _, _ in self.log]
+        per_chunk = [printed_losses(text) for _, _, text in self.log]
+        self._losses = [loss for losses in per_chunk for loss in losses]
+        self._losses_by = list(itertools.accumulate(map(len, per_chunk), initial=0))  # by the nth chunk
         self._log_shown = 0  # chunks of the log in the output pane
 
     @property
@@ -271,6 +278,15 @@ class ReplaySource:
         """The report's GPU utilization during the steady run's steps (its first GPU's)."""
         span = steady_span(self.record, self.ranks[0], self.table, self.left_out) if self.ranks else None
         return next(iter(util_in_span(self.gpu, span).values()), None)
+
+    def _losses_upto(self, chunks: int) -> list[float]:
+        """The last losses printed in the log's first ``chunks`` chunks."""
+        end = self._losses_by[chunks]
+        return self._losses[max(end - LOSS_HISTORY, 0):end]
+
+    def _log_upto(self, t: float) -> int:
+        """How many chunks of the log were printed by time ``t``."""
+        return bisect.bisect_right(self._log_times, t)
 
     def _host_upto(self, t: float) -> int:
         """How many host samples were taken by time ``t``."""
@@ -305,7 +321,8 @@ class ReplaySource:
                      gpu_busy=self._steady_busy if at_end else recent_busy(gpu),
                      outcome=self._outcome if at_end else None, selected=rows[-1] if rows else None,
                      rss=[r for ts, _, s in self.host[:self._host_upto(t)][-RSS_HISTORY:]
-                          if (r := training_rss(s)) is not None])
+                          if (r := training_rss(s)) is not None],
+                     losses=self._losses_upto(len(self.log) if at_end else self._log_upto(t)))
 
     def events(self, kind: str) -> list[dict]:
         return [e for e in self.recorded_events if e["kind"] == kind]
@@ -317,7 +334,7 @@ class ReplaySource:
         if self.position < self.length:
             at_step = self.table.steps[self.position - 1] if self.position else -1
             row = self.record.steps_upto(self.ranks[0], at_step, 1) if self.ranks else []
-            upto = bisect.bisect_right(self._log_times, row[0].t_end) if row else 0
+            upto = self._log_upto(row[0].t_end) if row else 0
         shown, self._log_shown = self._log_shown, upto
         if upto >= shown:
             return False, [(stream, text) for _, stream, text in self.log[shown:upto]]

@@ -1,5 +1,6 @@
 """The host (psutil): the trainer's and each DataLoader worker's CPU and memory, the
-system's CPU per core and RAM, and memory over time (the training's RSS, torch's allocator)."""
+system's CPU per core and RAM, and over time: the training's RSS, the loss the script
+printed, torch's allocator."""
 
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ def spark(values: list, width: int) -> str:
 
 
 class HostPanel(Static):
+    _snap = None  # the last one shown
+
+    def on_resize(self) -> None:
+        if self._snap is not None:
+            self.show(self._snap)  # the sparklines follow the panel's width
+
     def show(self, snap) -> None:
+        self._snap = snap
         host = snap.host
         if not host or "processes" not in host:
             self.update(Text("host: waiting for the first sample", style="dim"), layout=False)
@@ -48,6 +56,10 @@ class HostPanel(Static):
             text.append("\nRSS, training  ")
             text.append(spark(memory["rss"], width), style="cyan")
             text.append(f" {mib(memory['rss'][-1])}")
+        if snap.losses:  # as the script printed it: no value is read from the device
+            text.append("\nloss, printed  ")
+            text.append(spark(snap.losses, width), style="yellow")
+            text.append(f" {snap.losses[-1]:.4g}")
         if any(memory.get("allocated") or ()):
             text.append("\ntorch allocated ")
             text.append(spark(memory["allocated"], width), style="magenta")

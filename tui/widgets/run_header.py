@@ -53,6 +53,8 @@ class RunHeader(Static):
                      style="bold")
         if snap.eta_s is not None:
             line2.append(f" · ETA {clock(snap.eta_s)}")
+        if snap.losses:
+            line2.append(f" · loss {snap.losses[-1]:.4g}")
         if snap.compute.get("tflops_per_s") is not None:
             mfu = snap.compute.get("mfu")
             line2.append(f" · {si(snap.compute['tflops_per_s'] * 1e12, 'FLOP/s')}"
