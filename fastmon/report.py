@@ -228,6 +228,8 @@ def format_text(s: dict) -> str:
         listed = [a for a in recommended if a.get("kind", PROBLEM) == kind]
         if listed:
             lines += ["", f"  {heading}:"]
+        elif kind == PROBLEM and not s["applied"]:
+            lines += ["", "  advice: nothing to change — no problem fastmon knows was measured in this run"]
         for a in listed:
             gain = f" ({gain_text(a['est_gain'])})" if a.get("est_gain") and not a.get("measured") else ""
             status = f" [{result_text(a['measured'])}]" if a.get("measured") else ""
