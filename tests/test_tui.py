@@ -457,3 +457,29 @@ def test_stderr_is_red_only_where_it_reads_as_an_error():
                   "torch.OutOfMemoryError: CUDA out of memory"):
         assert styled("stderr", error).style == "red", error
     assert not styled("stdout", "ValueError: printed, not raised").style
+
+
+@pytest.mark.e2e
+async def test_the_demos_dashboard_ends_showing_the_fix_its_gain_and_the_code(tmp_path):
+    # The README's main command as a user sees it, at 110x35: fastmon demo (apply auto).
+    from fastmon.examples import starved
+
+    options = RunOptions(target=[starved.__file__, "--epochs", "8"], apply="auto", runs_dir=str(tmp_path / "runs"))
+    session = Session(options)
+    session.start()
+    try:
+        app = FastmonApp(LiveSource(session), session=session)
+        async with app.run_test(size=(110, 35)) as pilot:
+            outcome = app.query_one(Outcome)
+            await wait_until(pilot, lambda: "trying num_workers=" in text_of(outcome), timeout=120)
+            await wait_until(pilot, lambda: app.snapshot.status == "finished", timeout=400)
+            await pilot.pause(0.5)
+            shown = text_of(outcome)
+            assert "✔ fixed num_workers=" in shown and "x samples/s [" in shown  # the gain and its noise band
+            assert "keep it: DataLoader(..., num_workers=" in shown and "persistent_workers=True" in shown
+            assert "data wait" in shown and " → " in shown
+            assert outcome.region.height > len(shown.splitlines())  # all of it on screen (and its rule)
+            await pilot.press("q")
+    finally:
+        session.terminate()
+        session.wait()

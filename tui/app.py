@@ -38,6 +38,7 @@ BUSY_CPU_PERCENT = 90  # mean over the cores in the latest host sample: busy fro
 CALM_CPU_PERCENT = 75  # ... until it falls below this (no flapping at the edge)
 NARROW_WIDTH = 120
 SHORT_HEIGHT = 36
+TINY_HEIGHT = 28
 SPAWN_NOTE_S = 30  # seconds on screen: it explains an empty dashboard
 
 
@@ -121,6 +122,7 @@ class FastmonApp(App[str | None]):
         base = self.screen_stack[0]
         base.set_class(width < NARROW_WIDTH, "narrow")
         base.set_class(height < SHORT_HEIGHT, "short")
+        base.set_class(height < TINY_HEIGHT, "tiny")
         if self.snapshot is not None:
             try:
                 self._place_gpu(base, bool(self.snapshot.gpu))
