@@ -56,6 +56,7 @@ class Experiment:
     baseline: float = 0.0
     baseline_error: float = 0.0  # relative_error of the baseline window
     trials: list = field(default_factory=list)  # [(params, samples_per_s, relative error)]
+    windows: list = field(default_factory=list)  # the steps measured: the baseline's, then each trial's (first, last)
     state: ExperimentState = APPLYING
     index: int = 0
     measure_from: int | None = None
@@ -109,6 +110,7 @@ class Experiment:
                 "speedup": round(measured[0], 3) if measured else None,
                 "speedup_interval": [round(measured[1], 3), round(measured[2], 3)] if measured else None,
                 "verdict": self.verdict(), "kept": bool(self.kept), "state": self.state, "error": self.error,
+                "windows": [list(w) for w in self.windows],
                 "note": self.note}
 
 
@@ -144,6 +146,7 @@ class ExperimentRunner:
             return None
         self._next_exp += 1
         exp.baseline, exp.baseline_error = throughput(baseline_rows), relative_error(baseline_rows)
+        exp.windows.append((baseline_rows[0].step, baseline_rows[-1].step))
         self.active = exp
         self._apply(exp, exp.current)
         return exp
@@ -163,7 +166,8 @@ class ExperimentRunner:
         return {"id": exp.advice_id, "params": exp.current, "candidate": exp.index + 1,
                 "candidates": len(exp.candidates), "state": exp.state, "baseline": exp.baseline,
                 "steps": len(measured), "needed": exp.epoch[0] if exp.epoch else MEASURE_STEPS,
-                "now": throughput(measured) if measured else None, "from_step": exp.started_step}
+                "now": throughput(measured) if measured else None, "from_step": exp.started_step,
+                "windows": [*exp.windows, *([(measured[-1].step, measured[0].step)] if measured else [])]}
 
     def _apply(self, exp: Experiment, params: dict) -> None:
         exp.sent_at = time.monotonic()
@@ -222,6 +226,7 @@ class ExperimentRunner:
             self._conclude(exp)
             return
         exp.trials.append((exp.current, measured, relative_error(window)))
+        exp.windows.append((window[0].step, window[-1].step))
         best_before = max((s for _, s, _ in exp.trials[:-1]), default=exp.baseline)
         improved = measured > best_before * (1 + NOISE)
         if improved and exp.index + 1 < len(exp.candidates):

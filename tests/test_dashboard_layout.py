@@ -249,3 +249,24 @@ async def test_the_loss_the_script_printed_is_shown_and_drawn(tmp_path):
         await pilot.press("home")
         await pilot.pause(0.1)
         assert " · loss 4.261 · " in text_of(app.query_one(RunHeader))  # what it had printed by its first step
+
+
+async def test_the_steps_an_experiment_measured_are_drawn_under_the_chart():
+    from fastmon.tui.widgets.step_breakdown import AXIS_WIDTH, StepBreakdown
+
+    class ChartAlone(App):
+        CSS_PATH = ROOT / "tui" / "fastmon.tcss"
+
+        def compose(self) -> ComposeResult:
+            yield StepBreakdown(id="breakdown")
+
+    app = ChartAlone()
+    async with app.run_test(size=(100, 20)):
+        chart = app.query_one(StepBreakdown)
+        buckets = [dict.fromkeys(PHASES, 0.0) | {"forward": 3.0} for _ in range(50)]  # 2 steps a column: 0-99
+        chart.show(SimpleNamespace(buckets=buckets, bucket_steps=2, bucket_first=list(range(0, 100, 2)),
+                                   last_step=99, marks=[(40, "num_workers=2")], windows=[(20, 39), (44, 59)]))
+        lines = [line.text for line in map(chart.render_line, range(chart.content_size.height))]
+        axis = lines[-2][AXIS_WIDTH:]
+        assert axis[10:20] == "━" * 10 and axis[20] == "┴" and axis[21] == "─" and axis[22:30] == "━" * 8
+        assert axis[:10] == "─" * 10 and axis[30:].rstrip() == "─" * 20

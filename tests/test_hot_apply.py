@@ -210,6 +210,9 @@ def test_an_experiment_that_helps_is_kept():
     result = drive(runner, probe, [150.0])
     assert result["kept"] and result["speedup"] == pytest.approx(1.5)
     assert [m["t"] for m in probe.sent] == ["apply"]
+    # the steps measured, for the chart: the baseline's 20 before the change, then the trial's
+    (base_first, base_last), (trial_first, trial_last) = result["windows"]
+    assert (base_first, base_last) == (10, 29) and 30 < trial_first <= trial_last
 
 
 def test_an_experiment_that_hurts_is_reverted():

@@ -167,7 +167,8 @@ def test_the_status_line_before_the_first_step_says_none_has_ended(tmp_path):
 
 @pytest.mark.e2e
 def test_headless_status_lines_start_their_own_line_under_a_progress_bar(run_fastmon):
-    out = run_fastmon("run", "--headless", SCRIPTS / "progress_bar.py")
+    # a status line every half second: several land within the script's four seconds of bars
+    out = run_fastmon("run", "--headless", "--status-every", "0.5", SCRIPTS / "progress_bar.py")
     assert out.returncode == 0, out.stderr
     assert "epoch 1: 100%" in out.stderr  # tqdm's bar passes through
     before = re.findall(r"(?s)(.)\[fastmon\] step \d+ \|", out.stderr)

@@ -372,7 +372,7 @@ async def test_an_epoch_start_stall_does_not_flatten_the_steps_around_it():
         buckets = [dict(bucket) for _ in range(60)]
         buckets[30]["data_wait"] = 900.0
         breakdown.show(SimpleNamespace(buckets=buckets, bucket_steps=1, bucket_first=list(range(60)), last_step=59,
-                                       marks=[]))
+                                       marks=[], windows=[]))
         await pilot.pause()
         lines = [line.text for line in map(breakdown.render_line, range(breakdown.content_size.height))]
         assert "▲ 1 cut off, the tallest 902.0 ms" in lines[0]

@@ -42,6 +42,7 @@ class Snapshot:
     bucket_first: list = field(default_factory=list)  # each bucket's first step
     last_step: int = 0  # the chart's last step
     marks: list = field(default_factory=list)  # [(step, what)]: where a change landed
+    windows: list = field(default_factory=list)  # [(first, last)]: the steps experiments measured
     memory: dict = field(default_factory=dict)  # "rss", "allocated": bytes over the last minute / chart
     losses: list = field(default_factory=list)  # the training losses the script printed, oldest first
     epoch: int | None = None
@@ -119,8 +120,10 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     snap.last_step = rows[-1].step if rows else 0
     # where each change landed: the chart marks it
     snap.marks = [(r["step"], params_text(r.get("params") or {})) for r in applied if r.get("step") is not None]
+    snap.windows = [tuple(w) for r in applied for w in r.get("windows") or ()]
     if experiment:
         snap.marks.append((experiment["from_step"], "trying " + params_text(experiment["params"])))
+        snap.windows += [tuple(w) for w in experiment["windows"]]
     snap.losses = list(losses)[-LOSS_HISTORY:]
     snap.memory = {"rss": list(rss)[-RSS_HISTORY:],
                    "allocated": [r.mem_alloc for r in rows if r.timed and r.mem_alloc is not None]}

@@ -65,12 +65,13 @@ class StepBreakdown(Widget):
         self.last_step = 0
         self.bucket_first: list[int] = []
         self.marks: list[tuple[int, str]] = []
+        self.windows: list[tuple[int, int]] = []
         self._strips: list[Strip] = []
         self._drawn_for: tuple | None = None  # the size and style the strips were built for; None: rebuild
 
     def show(self, snap) -> None:
         self.buckets, self.bucket_steps, self.last_step = snap.buckets, snap.bucket_steps, snap.last_step
-        self.bucket_first, self.marks = snap.bucket_first, snap.marks
+        self.bucket_first, self.marks, self.windows = snap.bucket_first, snap.marks, snap.windows
         self._drawn_for = None
         self.refresh()
 
@@ -130,6 +131,10 @@ class StepBreakdown(Widget):
                      + str(self.last_step))
         ticks += [" "] * (len(axis) - len(ticks))
         marked_axis, marked_ticks = set(), set()
+        for low, high in self.windows:  # the steps an experiment measured: a heavy axis under them
+            for column in range(max(bisect_right(firsts, low) - 1, 0), bisect_right(firsts, high)):
+                axis[AXIS_WIDTH + column] = "━"
+                marked_axis.add(AXIS_WIDTH + column)
         for step, what in self.marks:  # where each change landed, under its column
             column = bisect_right(firsts, step) - 1
             if 0 <= column < len(buckets):
