@@ -13,6 +13,12 @@ def report() -> str:
         import torch
 
         lines.append(f"{ok} torch {torch.__version__}")
+        from fastmon.probe.torch_private import missing
+
+        lacks = missing()
+        lines.append(f"{no if lacks else ok} torch's private parts fastmon reads: "
+                     + ("this torch lacks" if lacks else "all present"))
+        lines += [f"      {line}" for line in lacks]
         cuda = torch.cuda.is_available()
         if cuda:
             lines.append(f"{ok} CUDA {torch.version.cuda}: {torch.cuda.device_count()} GPU(s)")

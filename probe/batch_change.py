@@ -1,7 +1,8 @@
 """Hot-apply of a larger (or, on revert, the original) batch size.
 
-Before a larger batch is used, it is tried between steps on a copy of the last batch,
-on the accelerator: a forward and a gradient computation of the training root at the new
+Before a larger batch is used, it is tried between steps on a copy of the last batch (or,
+once the loop has let it go, zeros of its shape and dtype: only memory is measured), on the
+accelerator: a forward and a gradient computation of the training root at the new
 size, with ``torch.autograd.grad`` (the parameters' ``.grad`` are not touched), buffers
 (BatchNorm statistics) restored and the RNG state forked, so the trial changes nothing.
 An out-of-memory error there refuses the change: it never reaches the user's loop.
@@ -14,6 +15,7 @@ DataLoader is rebuilt with the new batch size over exactly the remaining samples
 from __future__ import annotations
 
 import weakref
+from typing import NamedTuple
 
 import torch
 from torch.utils.data import BatchSampler
@@ -21,16 +23,31 @@ from torch.utils.data import BatchSampler
 LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 
 
+class RememberedTensor(NamedTuple):
+    """A forward's input, held weakly: holding the batch would keep its memory from the loop."""
+    ref: weakref.ref
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+
+
 def remember_inputs(args) -> list:
-    """Weak references to a training forward's tensor arguments (kept only on CUDA)."""
-    return [weakref.ref(a) if isinstance(a, torch.Tensor) else a for a in args]
+    """A training forward's tensor arguments, remembered (kept only on CUDA)."""
+    return [RememberedTensor(weakref.ref(a), a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else a
+            for a in args]
+
+
+def grown(remembered: list, factor: int) -> list:
+    """The remembered forward's arguments with ``factor`` times the batch, for a trial."""
+    return [_grow(value, factor) for value in remembered]
 
 
 def _grow(value, factor: int):
-    if isinstance(value, weakref.ref):
-        value = value()
-        if value is None:
-            raise RuntimeError("the last batch is gone: try again after the next step")
+    if isinstance(value, RememberedTensor):
+        # a loop like `model(x.cuda())` frees its batch after backward: the trial measures
+        # memory, so zeros of the same shape stand in (zero is a valid token id and class)
+        tensor = value.ref()
+        value = tensor if tensor is not None else torch.zeros(value.shape, dtype=value.dtype, device=value.device)
     if isinstance(value, torch.Tensor) and value.dim() > 0:
         return torch.cat([value] * factor)
     return value
@@ -64,7 +81,7 @@ def check_fits(probe, factor: int) -> None:
     was_on, forward_part.on = forward_part.on, False  # the trial is not a training step
     try:
         with torch.random.fork_rng(devices=[torch.cuda.current_device()]), torch.enable_grad():
-            bigger = [_grow(a, factor) for a in args]
+            bigger = grown(args, factor)
             outputs = [t for t in _tensors(inner(*bigger)) if t.requires_grad and t.is_floating_point()]
             params = [p for p in inner.parameters() if p.requires_grad]
             if outputs and params:

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import sys
 
-try:
-    from torch.compiler import is_compiling
-except ImportError:  # torch < 2.3
-    from torch._dynamo import is_compiling  # noqa: F401
+from torch.compiler import is_compiling  # noqa: F401
 
 REASONS_KEPT = 8  # distinct graph-break and recompile reasons sent in the fact
 

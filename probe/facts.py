@@ -10,6 +10,7 @@ import threading
 import torch
 
 from fastmon.calibration import cpu_name
+from fastmon.probe.torch_private import profiler_running
 
 
 def describe_model(module: torch.nn.Module) -> dict:
@@ -147,13 +148,11 @@ def _safe_len(loader):
 
 def settings() -> dict:
     """Global torch settings that rules read; polled every few steps."""
-    from torch.autograd import profiler as autograd_profiler
-
     return {
         "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "anomaly_detection": bool(torch.is_anomaly_enabled()),
-        "profiler_on": bool(autograd_profiler._is_profiler_enabled),
+        "profiler_on": profiler_running(),
         "grad_enabled": torch.is_grad_enabled(),
     }
 

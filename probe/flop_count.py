@@ -18,7 +18,8 @@ import math
 import time
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from fastmon.probe.torch_private import TorchDispatchMode, current_dispatch_mode, dispatch_mode_active
 
 COUNT_AT_STEP = 3  # the first count: past the first step's start-up and the lazy ones after it
 
@@ -82,7 +83,7 @@ class FlopCount:
         if self.probe.forward_part.compile_in_use:
             self._report(step, error="the model is compiled: its kernels do not pass through a dispatch mode")
             return
-        if torch._C._len_torch_dispatch_stack():
+        if dispatch_mode_active():
             self._report(step, error="the script runs under a dispatch mode of its own")
             return
         mode = _Counting()
@@ -92,7 +93,7 @@ class FlopCount:
     def _stop(self, next_step: int) -> None:
         mode, self.active = self.active, None
         seconds = (time.perf_counter_ns() - self.started_ns) / 1e9
-        if _get_current_dispatch_mode() is not mode:
+        if current_dispatch_mode() is not mode:
             mode.counting = False  # a mode the script entered sits above ours: leave the stack to it
             self._report(self.step, error="the script entered a dispatch mode during the counted step",
                          seconds=round(seconds, 4))
@@ -111,7 +112,7 @@ class FlopCount:
     def close(self) -> None:
         """At the script's exit, or when the probe goes off: a count under way ends uncounted."""
         mode, self.active, self.start_at = self.active, None, math.inf
-        if mode is not None and _get_current_dispatch_mode() is mode:
+        if mode is not None and current_dispatch_mode() is mode:
             try:
                 mode.__exit__(None, None, None)
             except Exception as exc:

@@ -26,6 +26,7 @@ from fastmon.probe import facts
 from fastmon.probe.compiling import STEPPED_IN_GRAPH, is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
+from fastmon.probe.torch_private import optimizer_hook_dicts
 from fastmon.phases import OPTIMIZER
 from fastmon.step_events import ENTER
 
@@ -48,7 +49,7 @@ class OptimizerPart(Part):
         self.compile_in_use = False  # torch.compile was called: optimizers keep their plain zero_grad
         self.pre_handle = self.post_handle = None
         self.created_at: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> file:line
-        self.pre_hooks = optim_module._global_optimizer_pre_hooks  # ours goes in and out by its handle's id
+        self.pre_hooks, self.post_hooks = optimizer_hook_dicts()  # ours goes in and out by its handle's id
         self._orig_init = torch.optim.Optimizer.__init__
         self._orig_module_zero_grad = torch.nn.Module.zero_grad
         self._scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
@@ -185,7 +186,7 @@ class OptimizerPart(Part):
             self._set_zero_grads(False)
         # Its check costs ~80 ns a step, so it goes in only now: before any compiled call.
         if self.post_handle is not None:
-            optim_module._global_optimizer_post_hooks[self.post_handle.id] = self.compile_safe_post
+            self.post_hooks[self.post_handle.id] = self.compile_safe_post
 
     def _set_zero_grads(self, wrapped: bool) -> None:
         for optimizer in self.optimizers():

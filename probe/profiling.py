@@ -4,7 +4,7 @@ and stopped at step boundaries in the training thread, on request (the dashboard
 
 The capture writes a Chrome trace beside the run record (one file per rank) and reports
 the top operators by self time and what torch's own anti-pattern matcher ("TorchTidy",
-``torch.profiler._pattern_matcher``: a private API, used only if it works) finds, with
+a private API, read through ``torch_private``) finds, with
 the file:line in the user's code. The steps it covers run slower (the profiler records
 every operator and Python frame): they stay in the record as they ran, and the event
 names them. Everything after ``stop`` (the trace file, the tables) runs in a thread of
@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from fastmon.probe.guard import describe
+from fastmon.probe.torch_private import is_python_frame, kineto_events, pattern_matcher, profiler_running
 
 TOP_OPS = 10
 EXPORT_WAIT_S = 30.0  # at the script's exit: how long the last capture's files may still take
@@ -77,7 +78,7 @@ class ProfileCapture:
         return False
 
     def _start(self, step: int, steps: int) -> None:
-        if torch.autograd._profiler_enabled():
+        if profiler_running():
             self._report(step, step, error="a profiler is already running in the script: fastmon's would stop it")
             return
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -159,9 +160,9 @@ def top_ops(profiler) -> dict:
     spans_by_thread: dict[int, list] = collections.defaultdict(list)
     device_ns: collections.Counter = collections.Counter()
     device_calls: collections.Counter = collections.Counter()
-    for event in profiler.profiler.kineto_results.events():
+    for event in kineto_events(profiler):
         device = str(event.device_type())
-        if device.endswith("CPU") and event.is_python_function():
+        if device.endswith("CPU") and is_python_frame(event):
             continue  # a Python frame (with_stack), not an operator
         try:
             name = event.name()
@@ -204,9 +205,8 @@ def _table(self_ns: dict, calls: dict) -> list[dict]:
 
 def anti_patterns(profiler, cuda: bool) -> list[dict]:
     """torch's anti-pattern matchers over the capture: one entry per pattern and source line."""
-    try:
-        from torch.profiler import _pattern_matcher as matcher
-    except Exception:
+    matcher = pattern_matcher()
+    if matcher is None:
         return []
     found: dict[tuple[str, str], dict] = {}
     for name in PATTERNS + (CUDA_PATTERNS if cuda else []):

@@ -426,3 +426,18 @@ def test_the_optimizer_is_switched_to_foreach_and_back(tmp_path):
         "    if step == 7: probe.publisher.deliver([{'t': 'revert', 'exp': 1}])\n"
         "print(seen)\n")
     assert out.strip() == str([False] * 4 + [True] * 4 + [False] * 4)
+
+
+def test_a_batch_trial_stands_in_zeros_for_a_batch_the_loop_has_freed():
+    # the H200 check's loop, `model(xb.cuda())`, freed its batch after backward: the trial
+    # between steps was refused with "the last batch is gone" instead of being tried
+    import torch
+
+    from fastmon.probe.batch_change import grown, remember_inputs
+
+    tokens, kept = torch.randint(1, 50, (4, 8)), torch.randn(4, 3)
+    remembered = remember_inputs((tokens, kept, "mask"))
+    del tokens
+    bigger_tokens, bigger_kept, flag = grown(remembered, 8)
+    assert bigger_tokens.shape == (32, 8) and bigger_tokens.dtype == torch.int64 and not bigger_tokens.any()
+    assert torch.equal(bigger_kept, torch.cat([kept] * 8)) and flag == "mask"

@@ -85,3 +85,28 @@ def test_importing_the_probe_patches_nothing():
             "print(dl._BaseDataLoaderIter.__next__ is before and torch.autograd.backward is b2)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+# torch's private parts that change between releases: read only through probe/torch_private.py
+VERSION_SENSITIVE = ("is_python_function", "kineto_results", "_len_torch_dispatch_stack", "_profiler_enabled",
+                     "_is_profiler_enabled", "_pattern_matcher", "_foreach_norm", "_global_optimizer_",
+                     "_get_current_dispatch_mode", "_python_dispatch")
+
+
+def test_torchs_version_sensitive_private_parts_are_read_in_one_guarded_place():
+    found = {(str(path.relative_to(ROOT)), name) for folder in ("probe", "fastmon") for path in (ROOT / folder).rglob("*.py")
+             if path.name != "torch_private.py" for name in VERSION_SENSITIVE if name in path.read_text()}
+    assert not found, f"read them through fastmon.probe.torch_private: {sorted(found)}"
+
+
+def test_a_torch_without_a_private_part_is_named_and_the_probe_falls_back(monkeypatch):
+    import torch
+
+    from fastmon.probe.code_checks import total_norm
+    from fastmon.probe.torch_private import missing
+
+    grads = [torch.full((3,), 2.0), torch.full((4,), 1.0)]
+    assert missing() == []
+    monkeypatch.setattr(torch, "_foreach_norm", None)  # as a torch without it reads
+    assert [line.split(":")[0] for line in missing()] == ["torch._foreach_norm"]
+    assert total_norm(grads).item() == pytest.approx((3 * 4.0 + 4 * 1.0) ** 0.5)
