@@ -37,5 +37,20 @@ def bound(shares: dict, gpu_busy: float | None, on_gpu: bool) -> tuple[str, str]
     return COMPUTE, f"the GPU is busy {gpu_busy:.0f}% of the steps' time"
 
 
+def kernel_share(window, facts) -> tuple[float, str]:
+    """The share of the step that faster kernels (bf16, TF32, cuDNN's pick, channels_last)
+    can shorten, and the evidence in words. On a GPU the host's forward and backward are
+    kernel launches, not the kernels' time: NVML's busy share over the window's steps tells
+    it, and a launch-bound step gains nothing from faster kernels. Without NVML, or on a
+    CPU, the host's forward+backward share."""
+    busy = facts.gpu_mean("util") if facts.accelerator else None
+    if busy is None:
+        share = window.share("forward") + window.share("backward")
+        return share, f"forward+backward are {share:.0%} of the step"
+    if busy < LAUNCH_BOUND_BUSY:
+        return 0.0, f"the GPU is busy {busy:.0f}% of the steps' time: it waits for the host, not for its kernels"
+    return busy / 100, f"the GPU is busy {busy:.0f}% of the steps' time"
+
+
 def launch_remedies(compiled: bool) -> list[str]:
     return [text for key, text in LAUNCH_REMEDIES.items() if not (compiled and key == "compile")]

@@ -23,7 +23,7 @@ def status_line(view, argv: list[str] = ()) -> str:
     script's arguments (an --epochs there gives the ETA)."""
     rank0 = view.rank(0)
     steps, rows = rank0.steps, rank0.rows
-    gpu = view.gpu[-1] if view.gpu else None
+    gpu = view.gpu[-1][2] if view.gpu else None
     applying = [a for a in view.advice if a.get("status") == APPLYING]
     count = first_count(view.events)
     if not steps:

@@ -122,7 +122,7 @@ class LiveView:
     host: Mapping = field(default_factory=lambda: MappingProxyType({}))
     rss: tuple = ()  # the training's RSS (trainer and workers), per host sample, oldest first
     losses: tuple = ()  # the training losses the script printed (fastmon.printed_loss), oldest first
-    gpu: tuple = ()  # GPU samples, oldest first: each a list with one dict per device
+    gpu: tuple = ()  # GPU samples, oldest first: (time, "gpu", one dict per device), as the record keeps them
     advice: tuple = ()
     applied: tuple = ()  # the experiments' results, in the order they ended
     output: tuple = ()  # the last (stream, text) chunks the script printed

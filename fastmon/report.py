@@ -87,10 +87,15 @@ def known(value, unit: str, spec: str = "") -> str:
 
 
 def gpu_run_line(d: dict) -> str:
-    """One GPU over the run (``summary.gpu_figures``): the report's line, and the ended
-    dashboard's. What NVML did not give reads n/a."""
-    util, peak, total, power = d["util_mean"], d["mem_used_peak"], d["mem_total"], d["power_w_mean"]
-    return (f"GPU {d['index']} {d['name']}: util {known(util, '% mean')}, "
+    """One GPU over the run (``summary.gpus_over_run``): the report's line, and the ended
+    dashboard's. Its utilization is the one during the steady run's steps (start-up and
+    the exit's idle seconds left out), as the verdict and the advice read it; the mean
+    over the process's life only where no sample fell in the steps. What NVML did not give
+    reads n/a."""
+    peak, total, power = d["mem_used_peak"], d["mem_total"], d["power_w_mean"]
+    busy = (f"busy {d['util_in_steps']:.0f}% of the steps' time" if d.get("util_in_steps") is not None
+            else f"util {known(d['util_mean'], '% mean over the run')}")
+    return (f"GPU {d['index']} {d['name']}: {busy}, "
             f"memory peak {'n/a' if peak is None else mib(peak)} of {'n/a' if total is None else mib(total)}, "
             f"power {known(power, ' W mean')}")
 
@@ -178,9 +183,12 @@ def format_text(s: dict) -> str:
     lines += change_lines(s.get("changes"))
     if s.get("device"):
         d = s["device"]
-        lines.append(f"  device (CUDA events, {d['steps']} steps): step {d.get('device_step_ms_median', 0):.2f} ms, "
-                     f"forward {d.get('device_forward_ms_median', 0):.2f}, backward {d.get('device_backward_ms_median', 0):.2f}, "
-                     f"optimizer {d.get('device_optimizer_ms_median', 0):.2f}")
+        # a span between CUDA events, not the GPU's busy time: a launch-bound step spans
+        # as long on the device as on the host while its kernels run a quarter of it
+        lines.append(f"  on the GPU (CUDA events, {d['steps']} steps): a step spans {d.get('device_step_ms_median', 0):.2f} "
+                     f"ms from its first to its last event (forward {d.get('device_forward_ms_median', 0):.2f}, "
+                     f"backward {d.get('device_backward_ms_median', 0):.2f}, "
+                     f"optimizer {d.get('device_optimizer_ms_median', 0):.2f}): a span, not busy time")
     lines.append("")
     mem = s["memory"]
     # Workers are looked for every 2 s: a short epoch's may come and go unseen.

@@ -35,7 +35,7 @@ from fastmon.script_output import ScriptOutput
 from fastmon.step_events import StepAssembler
 from fastmon.loggers import LOG_EVERY, TrackerLog
 from fastmon.state_owner import Busy, StateOwner
-from fastmon.summary import counted_samples, first_count, flops_figures
+from fastmon.summary import counted_samples, first_count, flops_figures, rows_span, samples_during
 from fastmon.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.wire import SEND_EVERY
 
@@ -313,21 +313,23 @@ class Session:
             self.recorder.put("samples", (now, "host", json.dumps(sample)))
             if gpus:
                 self.recorder.put("samples", (now, "gpu", json.dumps(gpus)))
-            self._owner.post(self._take_sample, sample, gpus)
+            self._owner.post(self._take_sample, sample, gpus, now)
 
-    def _take_sample(self, sample: dict, gpus: list) -> None:
+    def _take_sample(self, sample: dict, gpus: list, now: float) -> None:
         self._state.host = sample
         rss = training_rss(sample)
         if rss is not None:
             self._state.rss.append(rss)
         if gpus:
-            self._state.gpu.append(gpus)
+            self._state.gpu.append((now, "gpu", gpus))  # as the record keeps it
 
     # --- advisor and experiments (on the owner's thread) -------------------------------
-    def _facts(self) -> Facts:
+    def _facts(self, rows: list) -> Facts:
+        """What the rules read about the run; the GPU samples are those of ``rows``' time."""
         state = self._state
         return Facts(values=dict(state.facts, script=" ".join(self.options.target)), events=list(state.events),
-                     gpu=list(state.gpu)[-20:], host_cpu_count=os.cpu_count() or 1, ranks=max(len(state.ranks), 1))
+                     gpu=samples_during(state.gpu, rows_span(rows)), host_cpu_count=os.cpu_count() or 1,
+                     ranks=max(len(state.ranks), 1))
 
     def _log_loop(self) -> None:
         while not self._stop.wait(LOG_EVERY):
@@ -343,7 +345,7 @@ class Session:
             window = Window.from_rows(rows)
             compute = flops_figures(count, counted_samples(count, rows), window.steps_per_s, window.samples_per_s,
                                     facts) if rows else {}
-            log.tick(rows, view.gpu[-1] if view.gpu else None, compute, facts.get("trackers") or {}, final)
+            log.tick(rows, view.gpu[-1][2] if view.gpu else None, compute, facts.get("trackers") or {}, final)
 
     def _advise(self) -> None:
         rows = self._state.measured_rows()
@@ -351,8 +353,9 @@ class Session:
         self.experiments.tick(rows, startup_steps(self._training_loader()))
         if not usable:
             return
-        window = Window.from_rows(recent(usable, ADVISOR_WINDOW))
-        found = advise(window, self._facts())
+        shown = recent(usable, ADVISOR_WINDOW)
+        window = Window.from_rows(shown)
+        found = advise(window, self._facts(shown))
         for advice in found:
             entry = self._state.advice.get(advice.id)
             data = advice.to_dict()

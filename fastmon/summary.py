@@ -46,6 +46,7 @@ def window_summary(window: Window) -> dict:
     }
 
 
+NVML_PERIOD_S = 1.0  # NVML averages utilization over up to this much time before a reading
 SLOWED = {"compiled": "torch.compile", "flops": "FLOP count"}  # probe events: steps that ran slower, and why
 
 
@@ -234,19 +235,39 @@ def _gpu(record: RunRecord, meta: dict, steady_span: tuple[float, float] | None)
     samples = record.samples("gpu")
     if not samples:
         return {"available": False, "note": meta.get("gpu_note") or "no GPU samples"}
+    return {"available": True, "devices": gpus_over_run(samples, steady_span)}
+
+
+def gpus_over_run(samples: list[tuple[float, str, list[dict]]], steady_span: tuple[float, float] | None) -> list:
+    """Each GPU over the run (``gpu_figures``), with its utilization during the steady run's steps."""
     devices = gpu_figures([sample for _, _, sample in samples])
     during = util_in_span(samples, steady_span)
     for device in devices:
         device["util_in_steps"] = during.get(device["index"])
-    return {"available": True, "devices": devices}
+    return devices
 
 
 def util_in_span(samples: list[tuple[float, str, list[dict]]], span: tuple[float, float] | None) -> dict[int, float]:
-    """Each GPU's mean utilization over the samples (the record's, timed) taken within ``span``."""
-    if span is None:
-        return {}
-    during = gpu_figures([sample for t, _, sample in samples if span[0] <= t <= span[1]])
+    """Each GPU's mean utilization over the samples (the record's, timed) taken within ``span``:
+    fastmon's one figure of how busy a GPU is, over the steps it is said of."""
+    during = gpu_figures(samples_during(samples, span))
     return {d["index"]: d["util_mean"] for d in during if d["util_mean"] is not None}
+
+
+def samples_during(samples: list[tuple[float, str, list[dict]]], span: tuple[float, float] | None) -> list:
+    """The samples taken while ``span`` ran; for a span shorter than NVML's sampling, the
+    first one after it (NVML's utilization is of the period before its reading)."""
+    if span is None:
+        return []
+    during = [sample for t, _, sample in samples if span[0] <= t <= span[1]]
+    if not during:
+        during = [sample for t, _, sample in samples if span[1] < t <= span[1] + NVML_PERIOD_S][:1]
+    return during
+
+
+def rows_span(rows) -> tuple[float, float] | None:
+    """When ``rows`` (consecutive steps) ran: the first one's start to the last one's end."""
+    return (rows[0].t_end - rows[0].wall, rows[-1].t_end) if rows else None
 
 
 def first_count(events) -> dict | None:

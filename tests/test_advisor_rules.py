@@ -300,3 +300,38 @@ def test_fixes_name_the_knob_of_the_framework_in_use():
     assert advice["dataloader.num_workers"].fix.startswith("TrainingArguments(..., dataloader_num_workers=")
     advice = fired(rows(ms=STARVED), facts(loader=LOADER, framework={"name": "lightning"}))
     assert "DataLoader(..., num_workers=N) in train_dataloader()" in advice["dataloader.num_workers"].fix
+
+
+FASTER_KERNELS = {"amp", "tf32", "cudnn.benchmark", "channels_last"}
+
+
+def test_on_a_busy_gpu_faster_kernels_are_advised_by_its_busy_share_not_the_hosts_launch_time():
+    # the H200's amp check: a float32 MLP kept the GPU ~100% busy, while the host, launching
+    # ahead, spent its time blocked where the launch queue was full (here: "other")
+    launching = rows(ms={"forward": 0.6, "backward": 0.8, "optimizer": 0.3, "other": 12.0})
+    busy = [[dict(GPU_IDLE[0][0], util=97)]]
+    advice = fired(launching, facts(GPU_ENV, [MLP_GPU], gpu=busy))
+    assert {"amp", "tf32"} <= advice.keys()
+    assert advice["amp"].evidence.startswith("the GPU is busy 97% of the steps' time, in float32")
+    assert advice["amp"].est_gain == pytest.approx(amdahl(0.97, 2.0), abs=0.01)
+
+
+def test_the_recorded_h200_trainer_run_launch_bound_gets_no_faster_kernel_advice():
+    # recorded with an older fastmon, which advised amp, tf32, cudnn.benchmark and
+    # channels_last there: the GPU was busy 26% of the steps, waiting for the host
+    from conftest import ROOT
+    from fastmon.advisor import recent
+    from fastmon.records import RunRecord
+    from fastmon.summary import rows_span, samples_during, summarize
+
+    run = ROOT / "tests" / "data" / "h200-hf-trainer-gpt2"
+    record = RunRecord(run)
+    steps = recent(record.steps(0)[1:], 100)
+    facts_then = Facts(values=record.facts(), events=record.events(),
+                       gpu=samples_during(record.samples("gpu"), rows_span(steps)))
+    advice = fired(steps, facts_then)
+    assert not FASTER_KERNELS & advice.keys(), sorted(advice)
+    assert {then["id"] for then in record.advice()} >= FASTER_KERNELS
+    # one figure: the batch-size advice reads the GPU as busy as the report says it was
+    busy = summarize(run)["gpu"]["devices"][0]["util_in_steps"]
+    assert f"GPU utilization {busy:.0f}%" in advice["batch_size"].evidence

@@ -17,13 +17,12 @@ from fastmon.progress import progress, script_args
 from fastmon.verdicts import params_text
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, counted_samples, current_window, first_count, flops_figures,
-                             gpu_figures, permanent_changes, rates, since_last_change, slowed_steps, steady_left_out,
-                             steady_span, straggler, util_in_span, window_summary)
+                             gpus_over_run, permanent_changes, rates, since_last_change, slowed_steps, steady_left_out,
+                             rows_span, steady_span, straggler, util_in_span, window_summary)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
 RECENT_STEPS = 100
-BUSY_SAMPLES = 10  # the GPU samples whose mean utilization the header's verdict reads
 OUTPUT_AGAIN = 2000  # after a move back in replay, the pane is drawn again from this many chunks back
 ENDED = ("finished", "crashed", "detached", "ended")  # a run in these shows its steady run as it is now
 
@@ -106,12 +105,12 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
           advice, applied, dropped, replay=None, capturing=False, current: Window | None = None,
           flops_count: dict | None = None, gpu_busy: float | None = None, experiment: dict | None = None,
           outcome: dict | None = None, selected: StepRow | None = None, rss: list = (),
-          losses: list = ()) -> Snapshot:
+          losses: list = (), gpu_run: list = ()) -> Snapshot:
     """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
     ``current``: the steady run since the last change, for a run that has ended (the
     report's figures); else the shares are of the latest steps; ``flops_count``: the
-    probe's ``flops`` event; ``gpu_busy``: the GPU's utilization while the steps of the
-    window ran (the last samples' while a run goes), for the verdict."""
+    probe's ``flops`` event; ``gpu_busy``: the GPU's utilization while the shown steps ran,
+    for the verdict; ``gpu_run``: each GPU over the ended run, as the report has it."""
     snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps,
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
                     run=run, capturing=capturing, experiment=experiment, outcome=outcome, selected=selected)
@@ -135,7 +134,7 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     if gpu_samples:
         snap.gpu = gpu_samples[-1]
         if current is not None:
-            snap.gpu_run = gpu_figures(gpu_samples)
+            snap.gpu_run = gpu_run
         for sample in gpu_samples[-120:]:
             for d in sample:
                 hist = snap.gpu_history.setdefault(d["index"], {"util": [], "mem": []})
@@ -157,10 +156,12 @@ def outcome(table: StepTable, applied: list[dict], left_out, facts: dict) -> dic
     return {"before_after": before_and_after(table, applied, left_out), "permanent": permanent_changes(applied, facts)}
 
 
-def recent_busy(gpu_samples: list) -> float | None:
-    """The first GPU's mean utilization over the last ``BUSY_SAMPLES`` samples."""
-    busy = [d["util"] for sample in gpu_samples[-BUSY_SAMPLES:] for d in sample[:1] if d.get("util") is not None]
-    return sum(busy) / len(busy) if busy else None
+def busy_during(gpu_timed: list, rows, first_step: int | None = None) -> float | None:
+    """The first GPU's utilization while ``rows`` ran (from ``first_step`` on, if given):
+    the figure the report, the advisor and the verdict all use, over the steps they speak of."""
+    if first_step is not None:
+        rows = [r for r in rows if r.step >= first_step]
+    return next(iter(util_in_span(gpu_timed, rows_span(rows)).values()), None)
 
 
 class LiveSource:
@@ -191,13 +192,18 @@ class LiveSource:
         rows = rank_rows.get(min(rank_rows), []) if rank_rows else []
         argv = script_args(session.options.target)
         current, ended = self._ended(view) if view.status in ENDED and rows else (None, None)
+        gpu_timed = list(view.gpu)
+        shown = recent(since_last_change(rows, view.applied), RECENT_STEPS)
         return build(title=self.title, status=view.status, exit_code=view.exit_code, elapsed=view.elapsed(),
                      steps=first.steps, run=first.steady_rates(), rows=rows, rank_rows=rank_rows,
-                     facts=dict(view.facts), argv=argv, host=dict(view.host), gpu_samples=list(view.gpu),
+                     facts=dict(view.facts), argv=argv, host=dict(view.host), gpu_samples=[s for _, _, s in gpu_timed],
                      gpu_note=session.gpu.note, advice=[dict(a) for a in view.advice], applied=list(view.applied),
                      dropped=view.dropped, capturing=view.capturing, current=current,
                      flops_count=first_count(view.events_of("flops")),
-                     gpu_busy=None if current is not None else recent_busy(view.gpu),  # the ended run's: the report
+                     gpu_busy=busy_during(gpu_timed, rows, current.first_step) if current is not None
+                     else busy_during(gpu_timed, shown),
+                     gpu_run=gpus_over_run(gpu_timed, rows_span([r for r in rows if r.step >= current.first_step]))
+                     if current is not None else (),
                      experiment=view.experiment, outcome=ended, rss=view.rss, losses=view.losses)
 
     @property
@@ -277,10 +283,13 @@ class ReplaySource:
         return outcome(self.table, self.applied, self.left_out, self.facts)
 
     @functools.cached_property
+    def _steady_span(self) -> tuple[float, float] | None:
+        return steady_span(self.record, self.ranks[0], self.table, self.left_out) if self.ranks else None
+
+    @functools.cached_property
     def _steady_busy(self) -> float | None:
         """The report's GPU utilization during the steady run's steps (its first GPU's)."""
-        span = steady_span(self.record, self.ranks[0], self.table, self.left_out) if self.ranks else None
-        return next(iter(util_in_span(self.gpu, span).values()), None)
+        return next(iter(util_in_span(self.gpu, self._steady_span).values()), None)
 
     def _losses_upto(self, chunks: int) -> list[float]:
         """The last losses printed in the log's first ``chunks`` chunks."""
@@ -321,7 +330,9 @@ class ReplaySource:
                      dropped=self.meta.get("dropped", 0), replay=(self.position, self.length),
                      current=self._current_window() if at_end and rows else None,
                      flops_count=first_count(e for e in self.events("flops") if e["from_step"] < self.position),
-                     gpu_busy=self._steady_busy if at_end else recent_busy(gpu),
+                     gpu_run=gpus_over_run(self.gpu, self._steady_span) if at_end else (),
+                     gpu_busy=self._steady_busy if at_end
+                     else busy_during(self.gpu, recent(since_last_change(rows, self.applied), RECENT_STEPS)),
                      outcome=self._outcome if at_end else None, selected=rows[-1] if rows else None,
                      rss=[r for ts, _, s in self.host[:self._host_upto(t)][-RSS_HISTORY:]
                           if (r := training_rss(s)) is not None],

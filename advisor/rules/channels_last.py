@@ -8,6 +8,7 @@ How to fix: ``model = model.to(memory_format=torch.channels_last)`` and the same
 input batch.
 """
 
+from fastmon.advisor.bound import kernel_share
 from fastmon.advisor.types import CODE_CHANGE, Advice, amdahl
 
 ID = "channels_last"
@@ -18,14 +19,14 @@ EXPECTED_SPEEDUP = 1.2
 def check(window, facts):
     if not facts.accelerator or not facts.models_on_accelerator:
         return None
-    share = window.share("forward") + window.share("backward")
+    share, evidence = kernel_share(window, facts)
     if share < MIN_COMPUTE_SHARE:
         return None
     if not any(m.get("conv") and not m.get("channels_last") for m in facts.models):
         return None
     return Advice(
         ID, "Use the channels_last memory format",
-        f"conv net in NCHW on the GPU; forward+backward are {share:.0%} of the step",
+        f"conv net in NCHW on the GPU; {evidence}",
         round(amdahl(share, EXPECTED_SPEEDUP), 2), CODE_CHANGE,
         fix="model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)",
         why="tensor-core convolutions are NHWC; NCHW is transposed around each", confidence="medium",

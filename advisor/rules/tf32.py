@@ -1,13 +1,14 @@
 """tf32: float32 matmuls at "highest" precision on a GPU with TF32 tensor cores.
 
 What it detects: Ampere or newer GPU, ``torch.get_float32_matmul_precision() ==
-"highest"``, no autocast, and matmul-heavy forward+backward.
+"highest"``, no autocast, and matmul kernels a large share of the step.
 Why it matters: TF32 runs fp32 matmuls on tensor cores, several times faster, with a
 10-bit mantissa that training rarely notices.
 How to fix: ``torch.set_float32_matmul_precision("high")`` at start-up (and
 ``torch.backends.cudnn.allow_tf32 = True``, the default). Applied live on your accept.
 """
 
+from fastmon.advisor.bound import kernel_share
 from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
 
 ID = "tf32"
@@ -20,12 +21,12 @@ def check(window, facts):
         return None
     if facts.settings.get("float32_matmul_precision") != "highest":
         return None
-    share = window.share("forward") + window.share("backward")
+    share, evidence = kernel_share(window, facts)
     if share < MIN_COMPUTE_SHARE or not any(m.get("matmul") for m in facts.models):
         return None
     return Advice(
         ID, "Allow TF32 tensor cores for float32 matmuls",
-        f"forward+backward are {share:.0%} of the step; float32 matmul precision is 'highest'",
+        f"{evidence}; float32 matmul precision is 'highest'",
         round(amdahl(share, EXPECTED_SPEEDUP), 2), HOT_APPLY,
         fix='torch.set_float32_matmul_precision("high")',
         why="TF32 runs float32 matmuls on tensor cores; training is rarely sensitive to it",
