@@ -335,3 +335,15 @@ def test_the_recorded_h200_trainer_run_launch_bound_gets_no_faster_kernel_advice
     # one figure: the batch-size advice reads the GPU as busy as the report says it was
     busy = summarize(run)["gpu"]["devices"][0]["util_in_steps"]
     assert f"GPU utilization {busy:.0f}%" in advice["batch_size"].evidence
+
+
+def test_a_per_step_item_that_waits_little_is_still_named_as_a_suggestion():
+    # the H200's item check: a launch-bound loop's loss.item() waited well under 2% of the
+    # step, and no advice named it
+    site = [{"kind": "sync_site", "call": "item", "location": "matmul.py:20"}]
+    short = fired(rows(ms={"forward": 3, "backward": 3, "other": 3, "sync": 0.05}, sync_calls=1),
+                  facts(GPU_ENV, events=site))["sync.per_step"]
+    long = fired(rows(ms={"forward": 3, "backward": 3, "sync": 2}, sync_calls=1), facts(GPU_ENV, events=site))
+    assert short.kind == "suggestion" and short.location == "matmul.py:20"
+    assert short.evidence.startswith("1.0 host-device syncs per step, 0.6% of step time (item at matmul.py:20)")
+    assert long["sync.per_step"].kind == "problem"
