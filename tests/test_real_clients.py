@@ -5,9 +5,11 @@ graph or the script's output."""
 
 from __future__ import annotations
 
-import re
-import sqlite3
 import json
+import pickle
+import re
+import shutil
+import sqlite3
 
 import pytest
 
@@ -109,3 +111,37 @@ def test_samples_stay_exact_across_a_live_batch_size_change(run_fastmon, report)
     assert samples == 3000
     summary = report()
     assert (summary["steps"], summary["samples"]) == (steps, samples)
+
+
+NANOGPT = ROOT / "benchmarks" / "clients" / "nanogpt"
+NANOGPT_SMALL = dict(batch_size=8, block_size=64, n_layer=2, n_head=2, n_embd=64, max_iters=40)
+
+
+@pytest.mark.e2e
+def test_nanogpt_as_published_is_counted_exactly_and_its_flops_match_its_own_formula(run_fastmon, report, tmp_path):
+    # karpathy/nanoGPT's train.py, unchanged, small enough for a CPU: every iteration is an
+    # optimizer step of batch_size sequences (its evaluation at iteration 0 is not training)
+    import numpy as np
+
+    shutil.copytree(NANOGPT, tmp_path, dirs_exist_ok=True)
+    data = tmp_path / "data" / "shakespeare_char"
+    data.mkdir(parents=True)
+    np.random.default_rng(0).integers(0, 65, 100_000, dtype=np.uint16).tofile(data / "train.bin")
+    np.random.default_rng(1).integers(0, 65, 10_000, dtype=np.uint16).tofile(data / "val.bin")
+    (data / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65}))
+    small = [f"--{key}={value}" for key, value in NANOGPT_SMALL.items()]
+    out = run_fastmon("run", "--headless", "train.py", "config/train_shakespeare_char.py", "--device=cpu",
+                      "--compile=False", "--dtype=float32", "--eval_interval=1000", "--eval_iters=2",
+                      "--log_interval=10", "--lr_decay_iters=40", *small, timeout=280)
+    assert_untouched(out)
+    assert "iter 40: loss" in out.stdout
+    summary = report()
+    steps = NANOGPT_SMALL["max_iters"] + 1  # iterations 0 to max_iters, each one step
+    assert (summary["steps"], summary["samples"]) == (steps, steps * NANOGPT_SMALL["batch_size"])
+    # nanoGPT's estimate_mfu: 6N + 12 L H Q T FLOPs a token; N by hand (no biases, the
+    # position embedding left out, lm_head tied to the token embedding)
+    layers, heads, width, tokens = (NANOGPT_SMALL[k] for k in ("n_layer", "n_head", "n_embd", "block_size"))
+    params = 65 * width + layers * (12 * width**2 + 2 * width) + width
+    formula = (6 * params + 12 * layers * heads * (width // heads) * tokens) * tokens * NANOGPT_SMALL["batch_size"]
+    assert summary["compute"]["flops_per_step"] == pytest.approx(formula, rel=0.02)  # 365.1 vs 366.1 MFLOP
+    assert [a["id"] for a in summary["advice"] if a["kind"] == "problem"] == []

@@ -1,5 +1,6 @@
 """The transformers Trainer on a tiny GPT-2 built from a config (no download), with an
-evaluation pass: prints the Trainer's own step count and the samples it trained on."""
+evaluation pass: prints the Trainer's own step count and the samples it trained on.
+Arguments: gradient accumulation steps (default 1); --gpu to train on the GPU."""
 import sys
 
 import torch
@@ -28,13 +29,14 @@ class Count(TrainerCallback):
         Count.steps = state.global_step
 
 
-accumulate = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+accumulate = int(next((a for a in sys.argv[1:] if a.isdigit()), 1))
+on_gpu = "--gpu" in sys.argv[1:]  # benchmarks/gpu_check.py's hf_trainer check
 model = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=2, n_head=2,
                                    bos_token_id=0, eos_token_id=0))
 args = TrainingArguments(output_dir="hf_out", per_device_train_batch_size=BATCH, num_train_epochs=EPOCHS,
                          gradient_accumulation_steps=accumulate, eval_strategy="epoch", per_device_eval_batch_size=16,
-                         logging_steps=1000, report_to=[], save_strategy="no", use_cpu=True, dataloader_num_workers=0,
-                         disable_tqdm=True)
+                         logging_steps=1000, report_to=[], save_strategy="no", use_cpu=not on_gpu,
+                         dataloader_num_workers=0, disable_tqdm=True)
 result = Trainer(model=model, args=args, train_dataset=Tokens(SAMPLES), eval_dataset=Tokens(64),
                  callbacks=[Count()]).train()
 print(f"steps {Count.steps} samples {SAMPLES * EPOCHS}")
