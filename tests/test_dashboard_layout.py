@@ -75,6 +75,8 @@ async def test_at_110x35_a_gpu_replay_shows_util_and_memory_in_one_line(tmp_path
         assert visible(app, line)
         text = text_of(line)
         assert text.startswith("GPU0 util ") and "% · mem " in text and "/140 GiB · " in text and "°C" in text
+        # the replay ends on the training's last sample (38%), not the idle GPU after the exit
+        assert text.startswith("GPU0 util 38%")
 
 
 async def test_without_a_gpu_one_line_says_why_and_no_panel_is_spent_on_it(tmp_path):

@@ -318,7 +318,9 @@ class ReplaySource:
         at_end = self.position == self.length
         upto = self._host_upto(t)
         host = self.host[upto - 1][2] if upto else (self.host[-1][2] if self.host else {})
-        gpu = [s for ts, _, s in self.gpu if ts <= t] if not at_end else [s for _, _, s in self.gpu]
+        # as they were when this step ended: at the end, the last sample of the training, not the
+        # GPU idle after the script exited (the whole run's figures are in gpu_run)
+        gpu = [s for ts, _, s in self.gpu if ts <= t]
         exit_code = self.meta.get("exit_code")
         status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
         argv = script_args(self.meta.get("target") or [])
