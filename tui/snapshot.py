@@ -51,7 +51,7 @@ class Snapshot:
     gpu: list = field(default_factory=list)  # latest sample per device
     gpu_history: dict = field(default_factory=dict)  # index -> {"util": [...], "mem": [...]}
     gpu_note: str = ""
-    gpu_run: list = field(default_factory=list)  # summary.gpu_figures of the samples, once the run has ended
+    gpu_run: list = field(default_factory=list)  # summary.gpus_over_run, once the run has ended
     torch_memory: dict = field(default_factory=dict)
     advice: list = field(default_factory=list)
     applied: list = field(default_factory=list)
@@ -133,8 +133,7 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
                              "peak": max(r.mem_peak or 0 for r in timed)}
     if gpu_samples:
         snap.gpu = gpu_samples[-1]
-        if current is not None:
-            snap.gpu_run = gpu_run
+        snap.gpu_run = list(gpu_run)
         for sample in gpu_samples[-120:]:
             for d in sample:
                 hist = snap.gpu_history.setdefault(d["index"], {"util": [], "mem": []})
