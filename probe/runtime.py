@@ -26,6 +26,16 @@ from fastmon.probe.profiling import ProfileCapture
 from fastmon.probe.publisher import Publisher, rank_from_env
 from fastmon.probe.sampling import TimingSchedule
 
+def allocator_memory() -> tuple[int, int, int]:
+    """The CUDA allocator's allocated, reserved and peak allocated bytes, from one reading
+    of its statistics: ``memory_allocated()`` and its kin each build and flatten all ~120
+    of them in Python (benchmarks/results/cuda-memory-reads.md)."""
+    stats = torch.cuda.memory_stats_as_nested_dict()  # {} before CUDA is initialized
+    allocated = stats.get("allocated_bytes", {}).get("all", {})
+    reserved = stats.get("reserved_bytes", {}).get("all", {})
+    return allocated.get("current", 0), reserved.get("current", 0), allocated.get("peak", 0)
+
+
 SETTINGS_EVERY = 50  # steps between polls of torch's global settings
 
 _PROBE: "Probe | None" = None
@@ -352,10 +362,7 @@ class Probe:
             part.arm()  # the step is timed: housekeeping runs at timed steps' ends
 
     def _memory(self) -> tuple[int, int, int]:
-        if torch.cuda.is_initialized():
-            return (torch.cuda.memory_allocated(), torch.cuda.memory_reserved(),
-                    torch.cuda.max_memory_allocated())
-        return (0, 0, 0)
+        return allocator_memory()
 
     def cuda_mark(self, name: str) -> None:
         """A CUDA event at a phase boundary; callers check ``self.cuda`` first."""
