@@ -7,13 +7,18 @@ import json
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import ROOT, SCRIPTS, clean_env
 from fastmon.peaks import math_dtype, peak_tflops
-from fastmon.summary import summarize
-from fastmon.tui.snapshot import ReplaySource
+from fastmon.live_state import LiveState, RankState
+from fastmon.records import RunRecord
+from fastmon.report import gpu_run_line
+from fastmon.step_table import StepTable
+from fastmon.summary import slowed_steps, steady_left_out, summarize
+from fastmon.tui.snapshot import LiveSource, ReplaySource
 
 MLP = SCRIPTS / "mlp_flops.py"
 WIDTHS, BATCH = (16, 1024, 1024, 10), 64
@@ -68,6 +73,24 @@ def test_the_recorded_h200_runs_are_launch_bound_on_every_surface(run):
     assert 15 < compute["gpu_busy_in_steps"] < 50
     assert ("torch.compile (fewer, fused kernels)" in compute["remedies"]) == ("compiled" not in run)
     assert ReplaySource(RECORDED / run).snapshot().bound == (compute["bound"], compute["bound_why"])
+    # and the live dashboard once the run has ended (it kept no sample times, and said nothing)
+    live = LiveSource(ended_session(RECORDED / run)).snapshot()
+    assert live.bound == (compute["bound"], compute["bound_why"])
+    reported = summarize(RECORDED / run)["gpu"]["devices"]
+    assert [gpu_run_line(d) for d in live.gpu_run] == [gpu_run_line(d) for d in reported]
+
+
+def ended_session(run):
+    """What a session holds once the recorded run has ended, as its state owner built it."""
+    record = RunRecord(run)
+    state = LiveState(status="finished", exit_code=0, facts=record.facts(), events=record.events())
+    left_out = steady_left_out(StepTable.read(record, 0), slowed_steps(record.events()).get(0, {}))
+    rank = state.ranks[0] = RankState()
+    for row in record.steps(0):
+        rank.add(row, start_up=row.step in left_out)
+    state.gpu.extend(record.samples("gpu"))
+    return SimpleNamespace(view=state.view(), options=SimpleNamespace(target=record.meta()["target"]),
+                           gpu=SimpleNamespace(note=""))
 
 
 def test_a_starved_run_is_data_bound():
