@@ -3,9 +3,8 @@ and stopped at step boundaries in the training thread, on request (the dashboard
 ``fastmon run --profile-at STEP``).
 
 The capture writes a Chrome trace beside the run record (one file per rank) and reports
-the top operators by self time and what torch's own anti-pattern matcher ("TorchTidy",
-a private API, read through ``torch_private``) finds, with
-the file:line in the user's code. The steps it covers run slower (the profiler records
+the top operators by self time and what torch's own anti-pattern matcher ("TorchTidy", a
+private API, read through ``torch_private``) finds, with the file:line in the user's code. The steps it covers run slower (the profiler records
 every operator and Python frame): they stay in the record as they ran, and the event
 names them. Everything after ``stop`` (the trace file, the tables) runs in a thread of
 its own, so that the training goes on.

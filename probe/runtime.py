@@ -26,6 +26,11 @@ from fastmon.probe.profiling import ProfileCapture
 from fastmon.probe.publisher import Publisher, rank_from_env
 from fastmon.probe.sampling import TimingSchedule
 
+SETTINGS_EVERY = 50  # steps between polls of torch's global settings
+
+_PROBE: "Probe | None" = None
+
+
 def allocator_memory() -> tuple[int, int, int]:
     """The CUDA allocator's allocated, reserved and peak allocated bytes, from one reading
     of its statistics: ``memory_allocated()`` and its kin each build and flatten all ~120
@@ -36,18 +41,13 @@ def allocator_memory() -> tuple[int, int, int]:
     return allocated.get("current", 0), reserved.get("current", 0), allocated.get("peak", 0)
 
 
-SETTINGS_EVERY = 50  # steps between polls of torch's global settings
-
-_PROBE: "Probe | None" = None
-
-
 class Probe:
     def __init__(self, channel_path: str | None) -> None:
         self.rank, self.local_rank, self.world_size = rank_from_env()
         self.publisher = Publisher(channel_path, self.rank)
         self.publisher.on_control = self._wake
         self.cuda = torch.cuda.is_available()
-        self.clock = StepClock(self.publisher.put_event, self._memory if self.cuda else None)
+        self.clock = StepClock(self.publisher.put_event, allocator_memory if self.cuda else None)
         self.publisher.before_send = self._before_send
         self.events = None
         self.next_housekeeping = -1  # the step after which _housekeeping next runs
@@ -360,9 +360,6 @@ class Probe:
         if part is not None and part.on and part not in self.toggled and dist.is_initialized():
             self.toggled.append(part)
             part.arm()  # the step is timed: housekeeping runs at timed steps' ends
-
-    def _memory(self) -> tuple[int, int, int]:
-        return allocator_memory()
 
     def cuda_mark(self, name: str) -> None:
         """A CUDA event at a phase boundary; callers check ``self.cuda`` first."""
