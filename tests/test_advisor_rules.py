@@ -334,7 +334,7 @@ def test_the_recorded_h200_trainer_run_launch_bound_gets_no_faster_kernel_advice
     assert {then["id"] for then in record.advice()} >= FASTER_KERNELS
     # one figure: the batch-size advice reads the GPU as busy as the report says it was
     busy = summarize(run)["gpu"]["devices"][0]["util_in_steps"]
-    assert f"GPU utilization {busy:.0f}%" in advice["batch_size"].evidence
+    assert f"the GPU is busy {busy:.0f}% of the steps' time" in advice["batch_size"].evidence
 
 
 def test_a_per_step_item_that_waits_little_is_still_named_as_a_suggestion():

@@ -40,7 +40,7 @@ def check(window, facts):
     lr_scale = round(BATCH_FACTOR ** 0.5, 4) if rule == "sqrt" else float(BATCH_FACTOR)
     return Advice(
         ID, "Use a larger batch: the GPU is mostly idle",
-        f"GPU utilization {util:.0f}%, peak memory {memory_fraction:.0%} of {total / 2**30:.0f} GiB"
+        f"the GPU is busy {util:.0f}% of the steps' time, peak memory {memory_fraction:.0%} of {total / 2**30:.0f} GiB"
         + (f", batch {batch}" if batch else ""),
         None, HOT_APPLY,
         fix=f"{batch_setting(facts, batch, BATCH_FACTOR)} and the LR x{lr_scale:g} ({rule} rule), schedulers' "
