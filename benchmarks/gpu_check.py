@@ -85,7 +85,7 @@ MATMUL_LOOP = textwrap.dedent("""
         print(f"first_500_ms_per_step {start.elapsed_time(early) / 500:.4f}")
         print(f"steady_ms_per_step {early.elapsed_time(end) / (steps - 500):.4f}")
 """)
-ITEM_LINE = next(n for n, line in enumerate(MATMUL_LOOP.splitlines()) if "loss.item()" in line)  # 1st line is blank
+ITEM_LINE = next(n for n, line in enumerate(MATMUL_LOOP.splitlines(), 1) if "loss.item()" in line)  # matmul.py's line
 NANOGPT = ROOT / "benchmarks" / "clients" / "nanogpt"
 NANOGPT_ARGS = ["train.py", "config/train_shakespeare_char.py", "--max_iters=300", "--eval_interval=1000",
                 "--eval_iters=10", "--log_interval=10", "--lr_decay_iters=300"]
