@@ -272,3 +272,18 @@ async def test_the_steps_an_experiment_measured_are_drawn_under_the_chart():
         axis = lines[-2][AXIS_WIDTH:]
         assert axis[10:20] == "━" * 10 and axis[20] == "┴" and axis[21] == "─" and axis[22:30] == "━" * 8
         assert axis[:10] == "─" * 10 and axis[30:].rstrip() == "─" * 20
+
+
+async def test_the_quit_dialogs_buttons_show_their_keys(tmp_path):
+    # the labels are markup: "[d]" was read as a style and vanished from the buttons
+    from textual.widgets import Button
+
+    from fastmon.tui.screens.quit_screen import QuitScreen
+
+    app, _ = replay(tmp_path, GPU_RUN)
+    async with app.run_test(size=(110, 35)) as pilot:
+        await settle(pilot)
+        app.push_screen(QuitScreen())
+        await pilot.pause(0.2)
+        labels = [str(button.label) for button in app.screen.query(Button)]
+    assert labels == ["Stop training [s]", "Detach, let it finish [d]", "Stay [esc]"]

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
+import pty
+import re
+import select
 import shutil
+import struct
+import subprocess
+import termios
+import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -12,7 +21,7 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, clean_env, fastmon_cmd
 from fastmon.session import RunOptions, Session
 from fastmon.phases import PHASES
 from fastmon.report import gpu_run_line
@@ -483,3 +492,65 @@ async def test_the_demos_dashboard_ends_showing_the_fix_its_gain_and_the_code(tm
     finally:
         session.terminate()
         session.wait()
+
+
+class Terminal:
+    """A pseudo-terminal of 120x40 for a real ``fastmon run``: what it shows, as bytes."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        self.shown = bytearray()
+
+    def read_for(self, seconds: float) -> bool:
+        """Reads what is shown for ``seconds``; False once the program has closed the terminal."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if select.select([self.master], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:
+                    return False
+                if not chunk:
+                    return False
+                self.shown.extend(chunk)
+        return True
+
+    def read_until(self, text: bytes, seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        while text not in self.shown and time.monotonic() < end and self.read_for(0.2):
+            pass
+        return text in self.shown
+
+
+@pytest.mark.e2e
+def test_detaching_in_a_terminal_leaves_the_training_running_with_its_status_lines(tmp_path):
+    # the dashboard in a real (pseudo) terminal: q asks, q again detaches; the training
+    # finishes headless, its output and fastmon's status lines go on in the terminal
+    done = tmp_path / "done"
+    terminal = Terminal()
+    script = ROOT / "tests" / "scripts" / "slow_steps.py"
+    proc = subprocess.Popen(fastmon_cmd("run", "--runs-dir", tmp_path / "runs", script, "--steps", 500, "--step-ms", 20,
+                                        "--done-file", done),
+                            stdin=terminal.slave, stdout=terminal.slave, stderr=terminal.slave, cwd=tmp_path,
+                            env=clean_env(TERM="xterm-256color"), start_new_session=True)
+    os.close(terminal.slave)
+    try:
+        terminal.read_for(3.0)  # the dashboard up and drawing
+        os.write(terminal.master, b"q")
+        assert terminal.read_until(b"Detach, let it finish", 20)
+        terminal.read_for(1.0)
+        os.write(terminal.master, b"q")
+        while proc.poll() is None and terminal.read_for(0.5):
+            pass
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    terminal.read_for(0.5)
+    shown = terminal.shown.decode("utf-8", "replace")
+    assert "[fastmon] detached: the training goes on, recorded in " in shown, shown[-2000:]
+    after = shown.split("[fastmon] detached: the training goes on")[1]
+    assert re.search(r"\[fastmon\] [\d:]+ step \d+ \| [\d.]+ steps/s", after)  # the headless status lines
+    assert "step 499" in after  # the script's output, passed through
+    assert done.read_text() == "finished 500 steps\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from textual import on, work
+from textual.worker import get_current_worker
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -34,6 +35,7 @@ REDRAW_EVERY = 0.33  # seconds: charts redraw at 3 Hz whatever the step rate
 # While the machine's cores are busy (CPU training on every core, DataLoader workers on
 # every core), the dashboard's CPU would come out of the training's: 1 Hz then.
 BUSY_REDRAW_EVERY = 1.0
+TRAINING_POLL_S = 0.2  # how often the dashboard looks whether the training has ended
 BUSY_CPU_PERCENT = 90  # mean over the cores in the latest host sample: busy from here...
 CALM_CPU_PERCENT = 75  # ... until it falls below this (no flapping at the edge)
 NARROW_WIDTH = 120
@@ -209,8 +211,14 @@ class FastmonApp(App[str | None]):
     # --- the training process ----------------------------------------------------------
     @work(thread=True, exclusive=True, group="training")
     def wait_for_training(self) -> None:
-        code = self.session.wait()
-        self.post_message(RunEnded(code))
+        # Polled: the app's exit waits for its thread workers, and one blocked in a wait for
+        # the training held a detach (q q) until the training had ended.
+        worker = get_current_worker()
+        while self.session.proc.poll() is None:
+            if worker.is_cancelled:
+                return
+            time.sleep(TRAINING_POLL_S)
+        self.post_message(RunEnded(self.session.wait()))
 
     def on_run_ended(self, message: RunEnded) -> None:
         try:

@@ -21,9 +21,10 @@ class QuitScreen(ModalScreen[str | None]):
             yield Label("The training is still running. Records keep being written either way.\n"
                         "q again detaches; Ctrl-C again stops it.")
             with Horizontal(id="quit-buttons"):
-                yield Button("Stop training [s]", id="stop", variant="error")
-                yield Button("Detach, let it finish [d]", id="detach", variant="primary")
-                yield Button("Stay [esc]", id="stay")
+                # labels are markup: a key's brackets are escaped, or "[d]" reads as a style
+                yield Button("Stop training \\[s]", id="stop", variant="error")
+                yield Button("Detach, let it finish \\[d]", id="detach", variant="primary")
+                yield Button("Stay \\[esc]", id="stay")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(None if event.button.id == "stay" else event.button.id)
