@@ -158,6 +158,20 @@ async def test_quit_can_stop_the_training(live_session):
     assert app.return_value is None
 
 
+@pytest.mark.e2e
+async def test_ctrl_c_twice_stops_the_training_as_in_a_terminal(live_session):
+    # the second Ctrl-C opened a second dialog: the app's priority binding came first
+    app = FastmonApp(LiveSource(live_session), session=live_session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: app.snapshot is not None and app.snapshot.steps >= 3)
+        await pilot.press("ctrl+c")
+        await wait_until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("ctrl+c")
+        await wait_until(pilot, lambda: live_session.view.status != "running")
+        assert len(app.screen_stack) == 1
+    assert live_session.view.exit_code == 130
+
+
 def dashboard_on(tmp_path, script: str, *args: str) -> tuple[Session, FastmonApp]:
     """A real run of tests/scripts/SCRIPT, started, and the dashboard that follows it."""
     session = Session(RunOptions(target=[str(ROOT / "tests" / "scripts" / script), *args],

@@ -245,6 +245,9 @@ class FastmonApp(App[str | None]):
         if not self.running:
             self.exit(None)
             return
+        if isinstance(self.screen, QuitScreen):  # Ctrl-C again: its app-wide binding comes first
+            self.screen.action_choose("stop")
+            return
 
         def chosen(choice: str | None) -> None:
             if choice == "stop":
