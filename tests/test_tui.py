@@ -146,30 +146,19 @@ async def test_live_dashboard_follows_a_real_run_and_its_keys_work(live_session)
 
 
 @pytest.mark.e2e
-async def test_quit_can_stop_the_training(live_session):
+@pytest.mark.parametrize("ask, stop", [("q", "s"), ("ctrl+c", "ctrl+c")])
+async def test_quit_can_stop_the_training(live_session, ask, stop):
+    # Ctrl-C twice once opened a second dialog: the app's priority binding came first
     app = FastmonApp(LiveSource(live_session), session=live_session)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.snapshot is not None and app.snapshot.steps >= 3)
-        await pilot.press("q")
+        await pilot.press(ask)
         await wait_until(pilot, lambda: isinstance(app.screen, QuitScreen))  # a busy machine is slow to show it
-        await pilot.press("s")
-        await wait_until(pilot, lambda: live_session.view.status != "running")
-    assert live_session.view.exit_code == 130  # Ctrl-C: KeyboardInterrupt, as python reports it
-    assert app.return_value is None
-
-
-@pytest.mark.e2e
-async def test_ctrl_c_twice_stops_the_training_as_in_a_terminal(live_session):
-    # the second Ctrl-C opened a second dialog: the app's priority binding came first
-    app = FastmonApp(LiveSource(live_session), session=live_session)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(pilot, lambda: app.snapshot is not None and app.snapshot.steps >= 3)
-        await pilot.press("ctrl+c")
-        await wait_until(pilot, lambda: isinstance(app.screen, QuitScreen))
-        await pilot.press("ctrl+c")
+        await pilot.press(stop)
         await wait_until(pilot, lambda: live_session.view.status != "running")
         assert len(app.screen_stack) == 1
-    assert live_session.view.exit_code == 130
+    assert live_session.view.exit_code == 130  # Ctrl-C: KeyboardInterrupt, as python reports it
+    assert app.return_value is None
 
 
 def dashboard_on(tmp_path, script: str, *args: str) -> tuple[Session, FastmonApp]:
