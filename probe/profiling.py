@@ -171,7 +171,8 @@ def top_ops(profiler) -> dict:
             device_ns[name] += event.duration_ns()
             device_calls[name] += 1
         elif device.endswith("CPU"):
-            spans_by_thread[event.start_thread_id()].append((event.start_ns(), event.end_ns(), name))
+            start = event.start_ns()  # end_ns() came in torch 2.5: start + duration is the same
+            spans_by_thread[event.start_thread_id()].append((start, start + event.duration_ns(), name))
     self_ns: collections.Counter = collections.Counter()
     calls: collections.Counter = collections.Counter()
     for spans in spans_by_thread.values():

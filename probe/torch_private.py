@@ -59,7 +59,7 @@ def current_dispatch_mode():
 
 def foreach_norm(tensors: list) -> list | None:
     """One 2-norm per tensor in one kernel per device and dtype; None where torch has no
-    ``_foreach_norm`` (the caller then takes torch's public ``get_total_norm``)."""
+    ``_foreach_norm`` (the caller then takes one public norm per tensor)."""
     norm = getattr(torch, "_foreach_norm", None)
     return norm(tensors) if norm is not None else None
 
@@ -92,7 +92,7 @@ def missing() -> list[str]:
     if not hasattr(torch._C, "_len_torch_dispatch_stack"):
         lacks.append("torch._C._len_torch_dispatch_stack: a script's own dispatch mode is found by the innermost one")
     if getattr(torch, "_foreach_norm", None) is None:
-        lacks.append("torch._foreach_norm: gradient norms go through get_total_norm (slower on small models)")
+        lacks.append("torch._foreach_norm: gradient norms are taken one tensor at a time (slower on small models)")
     try:
         optimizer_hook_dicts()
     except (ImportError, AttributeError):

@@ -19,13 +19,20 @@ def test_torchrun_options_pass_through_in_both_spellings():
 
 
 def test_every_option_of_the_installed_torchrun_passes_through():
-    # torch 2.13's options a hand-made list refused: read from torchrun's own parser now
-    argv = ["--nproc-per-node", "2", "--tee", "3", "-r", "1", "--local-ranks-filter", "0", "--logs-specs", "x",
-            "--redirects=3", "--virtual-local-rank", "--headless", "train.py", "--tee", "1"]
+    from torch.distributed.run import get_args_parser
+
+    from fastmon.cli import TORCHRUN_REFUSED, option_values, run_parser
+
+    argv = ["--nproc-per-node", "2", "--tee", "3", "-r", "1", "--redirects=3", "--headless", "train.py", "--tee", "1"]
     own, torchrun, target = split_run_args(argv)
-    assert torchrun == ["--nproc-per-node", "2", "--tee", "3", "-r", "1", "--local-ranks-filter", "0",
-                        "--logs-specs", "x", "--redirects=3", "--virtual-local-rank"]
+    assert torchrun == ["--nproc-per-node", "2", "--tee", "3", "-r", "1", "--redirects=3"]
     assert own == ["--headless"] and target == ["train.py", "--tee", "1"]
+    # each option this torch's torchrun has (2.13 added --virtual-local-rank, a hand-made list refused it)
+    fastmons = option_values(run_parser())
+    for action in get_args_parser()._actions:
+        for name in set(action.option_strings) - TORCHRUN_REFUSED - set(fastmons):
+            given = [name, "1"] if action.nargs != 0 else [name]
+            assert split_run_args([*given, "train.py"]) == ([], [name.replace("_", "-"), *given[1:]], ["train.py"])
 
 
 @pytest.mark.parametrize("argv, message", [(["--apply"], "needs a value"), (["-m"], "module name"),
