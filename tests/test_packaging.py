@@ -4,8 +4,10 @@ works in a checkout and fails on a user's machine."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -27,3 +29,13 @@ def test_the_wheel_holds_every_module_and_stylesheet(tmp_path):
                 for folder, target in LAYOUT.items()
                 for path in (ROOT / folder).rglob("*") if path.suffix in (".py", ".tcss")}
     assert sorted(expected - packed) == []
+
+
+def test_each_floor_pyproject_states_is_the_release_ci_tests():
+    floors = {}
+    for requirement in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+        name, floor = re.match(r"([\w.-]+)>=([\w.]+)", requirement).groups()
+        floors[name] = floor
+    lines = (ROOT / ".ci" / "oldest.txt").read_text().splitlines()
+    tested = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    assert tested == floors

@@ -57,6 +57,11 @@ CASES = {  # client: (arguments, framework, model class)
 @pytest.mark.parametrize("client", sorted(CASES))
 def test_a_client_is_counted_exactly_and_described_rightly(run_fastmon, report, tmp_path, client):
     arguments, framework, model = CASES[client]
+    if framework == "transformers.Trainer":
+        from transformers.utils import is_torch_available
+
+        if not is_torch_available():  # transformers 5 needs torch 2.6; .ci/run tests fastmon on 2.4.1 too
+            pytest.skip("this transformers does not run on this torch")
     out = run_fastmon("run", "--headless", CLIENTS / client, *arguments, timeout=280)
     assert_untouched(out)
     steps, samples = own_count(out.stdout)
