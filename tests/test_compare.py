@@ -83,7 +83,7 @@ def test_a_slower_dataset_is_a_regression_explained_by_data_wait(tmp_path, run_f
         assert out.returncode == 0, out.stderr
     first, second = run_dirs(tmp_path)
     same = compare(first, second, "--fail-if-slower", "10", cwd=tmp_path)
-    if same.returncode:  # a shared VM's core slowed one whole run (seen: -25% on compute alone)
+    if "no measurable change" not in same.stdout:  # a shared VM's core slowed one whole run (seen: ±25-40%)
         assert run_fastmon("run", "--headless", script, "--epochs", "4").returncode == 0
         first, second = run_dirs(tmp_path)[1:]
         same = compare(first, second, "--fail-if-slower", "10", cwd=tmp_path)
