@@ -27,7 +27,7 @@ def test_every_option_of_the_installed_torchrun_passes_through():
     own, torchrun, target = split_run_args(argv)
     assert torchrun == ["--nproc-per-node", "2", "--tee", "3", "-r", "1", "--redirects=3"]
     assert own == ["--headless"] and target == ["train.py", "--tee", "1"]
-    # each option this torch's torchrun has (2.13 added --virtual-local-rank, a hand-made list refused it)
+    # each option of this torch's torchrun: a hand-made list refused newer ones (--virtual-local-rank: not in 2.5)
     fastmons = option_values(run_parser())
     for action in get_args_parser()._actions:
         for name in set(action.option_strings) - TORCHRUN_REFUSED - set(fastmons):

@@ -79,15 +79,16 @@ def test_bad_input_gets_its_own_exit_code(tmp_path, run_fastmon):
 def test_a_slower_dataset_is_a_regression_explained_by_data_wait(tmp_path, run_fastmon):
     script = tmp_path / "train.py"
     script.write_text((EXAMPLES / "healthy.py").read_text().replace("import argparse\n", "import argparse\nimport time\n"))
-    for _ in range(2):
-        out = run_fastmon("run", "--headless", script, "--epochs", "4")
-        assert out.returncode == 0, out.stderr
-    first, second = run_dirs(tmp_path)
-    same = compare(first, second, "--fail-if-slower", "10", cwd=tmp_path)
-    if "no measurable change" not in same.stdout:  # a shared VM's core slowed one whole run (seen: ±25-40%)
+    out = run_fastmon("run", "--headless", script, "--epochs", "4")
+    assert out.returncode == 0, out.stderr
+    # Two identical runs, up to three pairs: on this shared VM a whole run sometimes runs
+    # 15-42% slower or faster than the one before (seen in CI and by hand, 2026-12-06).
+    for _ in range(3):
         assert run_fastmon("run", "--headless", script, "--epochs", "4").returncode == 0
-        first, second = run_dirs(tmp_path)[1:]
+        first, second = run_dirs(tmp_path)[-2:]
         same = compare(first, second, "--fail-if-slower", "10", cwd=tmp_path)
+        if "no measurable change" in same.stdout:
+            break
     assert same.returncode == 0, same.stdout + same.stderr
     assert "samples/s — no measurable change: " in same.stdout
     assert same.stdout.startswith("fastmon compare — train.py --epochs 4\n")
