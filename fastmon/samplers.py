@@ -80,6 +80,9 @@ class HostSampler:
             try:
                 role = self.role(proc, role)
                 with proc.oneshot():
+                    if proc.status() == psutil.STATUS_ZOMBIE:  # exited, not reaped yet: its RSS reads 0
+                        self._roles.pop(pid, None)
+                        continue
                     entry = {"pid": pid, "cpu": proc.cpu_percent(), "rss": proc.memory_info().rss, "role": role}
                     if role == "worker":
                         entry["pss"] = _pss(proc)
