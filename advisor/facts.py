@@ -55,9 +55,11 @@ class Facts:
         return any(any(d.startswith("cuda") for d in m.get("devices", [])) for m in self.models)
 
     def training_loader(self) -> dict | None:
-        """The loader the training loop iterates most (its epochs are the training epochs)."""
+        """The loader the training loop iterates most (its epochs are the training epochs);
+        of equals, the newest (a script that builds one for each epoch trains on the last)."""
         loaders = self.loaders
-        return max(loaders, key=lambda l: (l.get("epochs", 0), l.get("len") or 0)) if loaders else None
+        return max(loaders, key=lambda l: (l.get("epochs", 0), l.get("len") or 0, loader_number(l))) if loaders \
+            else None
 
     def event(self, kind: str) -> dict | None:
         for event in self.events:
@@ -76,3 +78,10 @@ class Facts:
         if not self.gpu:
             return 0
         return sum(1 for d in self.gpu[-1] if d.get("our_process"))
+
+
+def loader_number(loader: dict) -> int:
+    """The order the probe saw the loader in: L0, L1, ..."""
+    name = str(loader.get("id") or "")
+    return int(name[1:]) if name[1:].isdigit() else -1
+

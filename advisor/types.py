@@ -25,6 +25,25 @@ class Apply:
     changes_maths: bool = False
 
 
+# How a Permanent goes into the script (fastmon.permanent writes it, `fastmon report --patch`)
+KEYWORDS = "keywords"  # these keyword arguments on the call at the location
+REPLACE_CALL = "call"  # the call at the location (one named in ``calls``) becomes ``code``
+AFTER_IMPORT = "after_import"  # ``code`` as a statement after the script's ``import torch``
+BY_HAND = ""  # written by hand (``code`` says what)
+
+
+@dataclass(frozen=True)
+class Permanent:
+    """The code that keeps a live change after fastmon ("make it permanent"): what the
+    user reads (``code``) and how it goes into the script at the advice's location."""
+
+    code: str
+    edit: str = BY_HAND
+    keywords: dict = field(default_factory=dict)
+    calls: tuple = ()  # the names of the calls it may change at the location
+    note: str = ""
+
+
 @dataclass(frozen=True)
 class Advice:
     id: str

@@ -341,13 +341,27 @@ def cmd_report(argv: list[str]) -> int:
                                      description="Summarise a recorded run.")
     parser.add_argument("run", nargs="*", default=["latest"],
                         help="a run folder, or 'latest' (default); several folders (one per node) are merged")
-    parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--json", action="store_true", help="one JSON object, for machines")
+    how.add_argument("--patch", action="store_true",
+                     help="the changes fastmon measured faster, written into your script as a unified diff "
+                          "(fastmon report --patch | git apply)")
     args = parser.parse_args(argv)
     from fastmon.report import format_text
     from fastmon.summary import summarize
 
     def report(run_dirs) -> int:
         summary = summarize(run_dirs)
+        if args.patch:
+            from fastmon.permanent import patch
+
+            diff, skipped = patch(summary["permanent"], Path.cwd())
+            sys.stdout.write(diff)
+            for line in skipped:
+                sys.stderr.write(f"fastmon: not in the patch: {line}\n")
+            if not diff and not skipped:
+                sys.stderr.write("fastmon: nothing to make permanent: no change was measured faster\n")
+            return 0
         print(json.dumps(summary, indent=1) if args.json else format_text(summary))
         return 0
 
@@ -442,7 +456,8 @@ USAGE = """usage: fastmon COMMAND ...
   run [options] SCRIPT [ARGS...]   run a training script, watched (like `python SCRIPT ARGS`)
   run [options] -m MODULE [ARGS...]
   demo                             a starved run, and the advisor fixing it live
-  report [RUN] [--json]            summarise a recorded run (default: latest)
+  report [RUN] [--json|--patch]    summarise a recorded run (default: latest); --patch: its
+                                   kept changes written into your script, for `git apply`
   compare A B [--fail-if-slower PCT]
                                    two runs side by side: is B slower than A beyond noise?
   replay [RUN]                     open a recorded run in the dashboard

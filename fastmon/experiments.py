@@ -1,46 +1,81 @@
-"""Hot-apply as an experiment: apply at a step boundary, measure samples/s over a window
-before and after, keep what helped beyond noise, revert what hurt or failed. A search
-(num_workers 2, 4, 8, ...) goes on while each candidate beats the best so far, then
-settles on the fewest within noise of the fastest. Persistent workers are measured over
-whole epochs (from the second epoch start after the change). The verdict's interval
-comes from the spread of each window's blocks (at least ±NOISE): "faster", "slower" or
-"no measurable change", which keeps a safe change (harmless) and reverts one that alters
-the maths (AMP, TF32). Steps that waited for workers to start at an epoch's start are
-left out of every other change's windows. README "How advice is judged" has the why.
+"""Hot-apply as an experiment: a change applied live, measured, and kept only as far as
+the measurement says. Three ways of measuring, by what the change costs to switch:
+
+- interleaved: a change switched in microseconds (anomaly detection, set_to_none, TF32,
+  cudnn.benchmark, AMP, foreach) runs in blocks alternating with the original, in a
+  random order per pair, judged on the pairs' differences: drift of the machine cancels;
+- sequential: a DataLoader change (workers, pin_memory, a batch size) rebuilds the
+  loader, so it is measured after the baseline, once the pipeline has settled, with each
+  setting's own measured worker start-up accounted per step; a worker count is searched;
+- over whole epochs: persistent workers, whose gain is at epoch starts.
+
+A trial that cannot decide is extended by up to ``EXTENSIONS`` windows, then concluded
+"no measurable change". README "How a live change is measured" has the why of each.
 """
 
 from __future__ import annotations
 
+import random
+import statistics
 import time
 from dataclasses import dataclass, field
 
-from fastmon.verdicts import FASTER, NO_CHANGE, NOISE, ExperimentState, judge, rate_error, speed_interval
+from fastmon.trial_measure import (Measured, Schedule, StartupCost, measure, paired, paired_change, pooled,
+                                   speed_change)
+from fastmon.verdicts import FASTER, NO_CHANGE, NOISE, NOT_JUDGED, NOT_MEASURED, ExperimentState, judge
 
-BLOCKS = 4  # a window's blocks, whose spread gives the interval
 BASELINE_STEPS = 20
+BASELINE_SECONDS = 1.0
 MEASURE_STEPS = 16
-MIN_MEASURE_SECONDS = 0.75
+MIN_MEASURE_SECONDS = 1.0
 WARMUP_STEPS = 3
-ACK_TIMEOUT_S = 120.0
+EXTENSIONS = 3  # more windows for a trial whose interval straddles 1 ...
+MAX_TRIAL_SECONDS = 60.0  # ... within this much of the training's time
+# The training answers a command at its next step's end: no answer after this long and
+# this many steps means it will not come.
+ACK_TIMEOUT_S = 10.0
+ACK_TIMEOUT_STEPS = 10
+# interleaved trials
+INTERLEAVED = frozenset({"anomaly_detection", "set_to_none", "cudnn_benchmark", "matmul_precision", "autocast",
+                         "optimizer_foreach"})
+BLOCK_SECONDS = 0.4  # a block's length: longer than the ~100 ms stretches a shared core slows for
+MIN_BLOCK_STEPS = 8
+MAX_BLOCK_STEPS = 2000
+SETTLE_STEPS = 2  # not counted after each switch
+PAIRS = 6  # a window of an interleaved trial
+LOADER_ACTIONS = frozenset({"loader", "batch_size"})
+
+(APPLYING, MEASURING, FINALIZING, REVERTING, KEPT, REVERTED, REVERT_FAILED, FAILED, INCOMPLETE,
+ NOT_JUDGED_STATE) = ExperimentState
 
 
-APPLYING, MEASURING, FINALIZING, REVERTING, KEPT, REVERTED, REVERT_FAILED, FAILED, INCOMPLETE = ExperimentState
+@dataclass(frozen=True)
+class LoaderFigures:
+    """What the training loader's record tells a trial (``fastmon.session``): the steps
+    that waited for workers to start, each start-up as (step, seconds, workers, rebuilt),
+    an epoch's steps, the loader's settings."""
 
+    startup_steps: frozenset = frozenset()
+    startups: tuple = ()
+    epoch_steps: float = 0.0
+    num_workers: int = 0
+    persistent: bool = False
+    id: str | None = None  # the probe's name for it: L0, L1, ...
+    began: int | None = None  # the step its latest epoch began
 
-def throughput(rows) -> float:
-    """samples/s over consecutive rows: all samples over all time. No step is left out as
-    an outlier: workers deliver batches in bursts, so slow steps are part of the rate."""
-    wall = sum(r.wall for r in rows)
-    return sum(r.samples for r in rows) / wall if wall > 0 else 0.0
+    def cost(self, num_workers: int, measured: dict | None = None) -> StartupCost | None:
+        """What each epoch start costs with ``num_workers`` workers: the median of their
+        measured start-ups (``measured``: more, by workers, from the trials' answers)."""
+        if self.persistent or not num_workers or not self.epoch_steps:
+            return None
+        seconds = [s[1] for s in self.startups if len(s) > 2 and s[2] == num_workers]
+        seconds += (measured or {}).get(num_workers, [])
+        return StartupCost(statistics.median(seconds), self.epoch_steps) if seconds else None
 
-
-def relative_error(rows) -> float:
-    """The standard error of a window's throughput, relative to it, from its blocks' rates."""
-    return rate_error([r.wall for r in rows], [r.samples for r in rows], BLOCKS)
-
-
-def enough(rows, span: int) -> bool:
-    return len(rows) >= span and sum(r.wall for r in rows) >= MIN_MEASURE_SECONDS
+    def epoch_began(self) -> int | None:
+        """The step at which the current epoch began: the last start-up at an epoch start."""
+        starts = [s[0] for s in self.startups if len(s) < 4 or not s[3]]
+        return starts[-1] if starts else None
 
 
 @dataclass
@@ -50,190 +85,422 @@ class Experiment:
     action: str
     candidates: list
     changes_maths: bool
-    warmup: object  # callable(previous params or None for the run's own settings) -> steps to skip
     started_step: int
-    epoch: tuple[int, int] | None = None  # (steps in an epoch, a step at which one began)
-    baseline: float = 0.0
-    baseline_error: float = 0.0  # relative_error of the baseline window
-    trials: list = field(default_factory=list)  # [(params, samples_per_s, relative error)]
-    windows: list = field(default_factory=list)  # the steps measured: the baseline's, then each trial's (first, last)
+    method: str  # interleaved, sequential, epochs
+    original_workers: int = 0
+    epoch: int | None = None  # steps in an epoch, for a change measured over whole epochs
+    baseline: Measured = field(default_factory=Measured)
+    trials: list = field(default_factory=list)  # [(params, Measured)], in the order measured
     state: ExperimentState = APPLYING
     index: int = 0
     measure_from: int | None = None
-    live_params: dict | None = None  # what the probe runs now, None while the original
+    measure_until: int | None = None  # the last step of a whole-epoch window
+    live_params: dict | None = None  # what was last sent to the probe, None while the original
+    running: dict | None = None  # what the probe said it runs now, None while the original
+    final_window: int | None = None  # the index in trials of the window measured after re-applying
     final_params: dict | None = None
     kept: bool | None = None
     error: str | None = None
     note: str | None = None
     sent_at: float = field(default_factory=time.monotonic)
-    skip: int = WARMUP_STEPS
-
-    def measured(self, rows, startups) -> list:
-        """``rows`` that measure the change: a change measured over whole epochs keeps
-        their start-ups; any other leaves out the steps that waited for workers to start."""
-        if self.epoch or not startups:
-            return rows
-        return [r for r in rows if r.step not in startups]
+    sent_step: int = 0
+    extensions: int = 0
+    startups: dict = field(default_factory=dict)  # workers -> [seconds], from the trials' answers
+    schedule: Schedule | None = None
+    after: Measured | None = None  # the settled trial's window (an interleaved trial's: its B blocks)
+    change: tuple | None = None  # (ratio, low, high, the noise's own half-width)
+    holds_from: int | None = None  # the first step of the run as the kept change leaves it: what its claim is of
+    pairs: int = 0
+    began_at: float = field(default_factory=time.monotonic)
+    not_judged: bool = False  # the script replaced what the change was made to
+    loader_id: str | None = None  # the training loader a DataLoader change was made to
 
     @property
     def current(self) -> dict:
         return self.candidates[self.index]
 
-    def best(self) -> tuple:
-        """The trial to settle on: of those within noise of the fastest, the first tried
-        (in a worker search, the fewest workers): the same answer run after run."""
-        if not self.trials:
-            return None, 0.0, 0.0
-        fastest = max(rate for _, rate, _ in self.trials)
-        return next(t for t in self.trials if t[1] >= fastest * (1 - NOISE))
+    def workers(self, params: dict | None) -> int:
+        return int((params or {}).get("num_workers", self.original_workers))
 
-    def interval(self) -> tuple[float, float, float] | None:
-        """The settled trial's speed-up over the baseline, and its ~95% interval."""
-        _, after, error = self.best()
-        if not self.trials or not self.baseline:
-            return None
-        # Over whole epochs the blocks differ by design (one holds the epoch's start): that
-        # spread is the thing measured, not noise.
-        return speed_interval(after / self.baseline, () if self.epoch else (error, self.baseline_error))
+    def best(self) -> tuple[dict | None, Measured | None]:
+        """The trial to settle on: of those within noise of the fastest, the first tried
+        (in a worker search, the fewest workers): the same answer run after run. All the
+        windows measured of its setting, pooled."""
+        by_params: dict = {}
+        for params, window in self.trials:
+            by_params.setdefault(repr(params), (params, []))[1].append(window)
+        if not by_params:
+            return None, None
+        merged = [(params, pooled(windows)) for params, windows in by_params.values()]
+        fastest = max(w.rate for _, w in merged)
+        return next((p, w) for p, w in merged if w.rate >= fastest * (1 - NOISE))
 
     def verdict(self) -> str:
-        return judge(self.interval())
+        if self.not_judged:
+            return NOT_JUDGED
+        return judge(self.change[:3]) if self.change else NOT_MEASURED
+
+    def windows(self) -> list:
+        """Every run of steps measured, for the chart: the baseline's, then the trials'."""
+        blocks = list(self.baseline.blocks) + [b for _, w in self.trials for b in w.blocks]
+        if self.method == "interleaved" and self.after is not None:
+            blocks += list(self.after.blocks)
+        return [list(b) for b in blocks]
 
     def result(self) -> dict:
-        params, after, _ = self.best()
-        measured = self.interval()
+        after = self.after
+        change = self.change
         return {"exp": self.exp, "id": self.advice_id, "action": self.action, "step": self.started_step,
-                "params": self.final_params or params or self.live_params or self.candidates[0],
-                "tried": [{"params": p, "samples_per_s": round(s, 2)} for p, s, _ in self.trials],
-                "before_samples_per_s": round(self.baseline, 2),
-                "after_samples_per_s": round(after, 2) if self.trials else None,
-                "speedup": round(measured[0], 3) if measured else None,
-                "speedup_interval": [round(measured[1], 3), round(measured[2], 3)] if measured else None,
+                "method": self.method,
+                "params": self.final_params or self.live_params or self.candidates[0],
+                "tried": [{"params": p, "samples_per_s": round(w.rate, 2), "window": w.to_dict()}
+                          for p, w in self.trials],
+                "before": self.baseline.to_dict(), "after": after.to_dict() if after else None,
+                "before_samples_per_s": round(self.baseline.rate, 2),
+                "after_samples_per_s": round(after.rate, 2) if after and after.steps else None,
+                "speedup": round(change[0], 3) if change else None,
+                "speedup_interval": [round(change[1], 3), round(change[2], 3)] if change else None,
+                "pairs": self.pairs or None, "extensions": self.extensions,
                 "verdict": self.verdict(), "kept": bool(self.kept), "state": self.state, "error": self.error,
-                "windows": [list(w) for w in self.windows],
-                "note": self.note}
+                "holds_from": self.holds_from if self.kept else None,
+                "windows": self.windows(), "note": self.note}
 
 
 class ExperimentRunner:
     """Drives one experiment at a time. ``send(message)`` reaches the probe(s);
-    ``done(result)`` is called when an experiment concludes. Acks, ticks and starts all
-    come from the session's state owner (fastmon.state_owner): one thread, one at a time."""
+    ``done(result)`` is called when an experiment concludes. Acks, ticks, events and
+    starts all come from the session's state owner (fastmon.state_owner): one thread."""
 
-    def __init__(self, send, done) -> None:
+    def __init__(self, send, done, seed: int | None = None) -> None:
         self.send = send
         self.done = done
         self.active: Experiment | None = None
         self._next_exp = 1
+        self._random = random.Random(seed)
+        self.latest_step = -1
+        # Where the run has been as it is now since: a new baseline starts here.
+        self.settled_from = 0
+        self.unanswered: set[int] = set()  # experiments whose revert the training has not answered
+        self.loader = LoaderFigures()  # the training loader's, as of the last tick
 
     @property
     def busy(self) -> bool:
-        return self.active is not None
+        return self.active is not None or bool(self.unanswered)
 
-    def start(self, advice: dict, rows: list, warmup=lambda previous: WARMUP_STEPS,
-              epoch: tuple[int, int] | None = None, startups=frozenset()) -> Experiment | None:
-        """``epoch``: (steps in an epoch, the step at which the current one began), for a
-        change that takes effect at the next epoch: not before an epoch's worth of steps
-        is there to compare with. ``startups``: the steps that waited for DataLoader
-        workers to start. None if it cannot start now."""
+    def why_busy(self) -> str:
+        if self.active is not None:
+            return "another change is being measured; try again when it is done"
+        return "the training has not answered the undoing of the last change yet"
+
+    # --- start ------------------------------------------------------------------------
+    def start(self, advice: dict, rows: list, loader: LoaderFigures = LoaderFigures(),
+              epoch: int | None = None) -> Experiment | None:
+        """``rows``: rank 0's measured steps; ``loader``: the training loader's figures;
+        ``epoch``: steps in an epoch, for a change that shows only at epoch starts (not
+        before an epoch's worth of steps is there to compare with). None if it cannot
+        start now."""
         apply = advice.get("apply") or {}
         candidates = list(apply.get("search") or ()) or [apply.get("params", {})]
-        if self.active is not None or not rows:
+        if self.busy or not rows:
             return None
-        exp = Experiment(self._next_exp, advice["id"], apply["action"], candidates,
-                         bool(apply.get("changes_maths")), warmup, rows[-1].step + 1, epoch)
-        baseline_rows = exp.measured(rows, startups)[-max(BASELINE_STEPS, epoch[0] if epoch else 0):]
-        if not baseline_rows or epoch and len(baseline_rows) < epoch[0]:
+        action = apply["action"]
+        method = "epochs" if epoch else "interleaved" if action in INTERLEAVED else "sequential"
+        exp = Experiment(self._next_exp, advice["id"], action, candidates, bool(apply.get("changes_maths")),
+                         rows[-1].step + 1, method, original_workers=loader.num_workers, epoch=epoch,
+                         loader_id=loader.id if action in LOADER_ACTIONS else None)
+        steady = [r for r in rows if r.step >= self.settled_from]
+        if method == "epochs":
+            baseline_rows = steady[-epoch:]
+            if len(baseline_rows) < epoch:
+                return None
+            exp.baseline = measure(baseline_rows)  # whole epochs: their start-ups are in them
+        elif method == "sequential":
+            counted = [r for r in steady if r.step not in loader.startup_steps]
+            baseline_rows = take_last(counted, BASELINE_STEPS, BASELINE_SECONDS)
+            if len(baseline_rows) < BASELINE_STEPS:
+                return None
+            exp.baseline = measure(baseline_rows, loader.startup_steps, loader.cost(loader.num_workers))
+        elif len(steady) < BASELINE_STEPS:
             return None
         self._next_exp += 1
-        exp.baseline, exp.baseline_error = throughput(baseline_rows), relative_error(baseline_rows)
-        exp.windows.append((baseline_rows[0].step, baseline_rows[-1].step))
         self.active = exp
-        self._apply(exp, exp.current)
+        if method == "interleaved":
+            self._interleave(exp, steady)
+        else:
+            self._apply(exp, exp.current)
         return exp
 
+    def _interleave(self, exp: Experiment, rows: list) -> None:
+        step_s = statistics.median(r.wall for r in rows[-BASELINE_STEPS:])
+        block = min(MAX_BLOCK_STEPS, max(MIN_BLOCK_STEPS, round(BLOCK_SECONDS / max(step_s, 1e-9))))
+        pair_s = 2 * block * step_s
+        most = PAIRS * (1 + EXTENSIONS)
+        pairs = max(PAIRS, min(most, int(MAX_TRIAL_SECONDS / pair_s) if pair_s > 0 else most))
+        order = "".join(self._random.choice(("AB", "BA")) for _ in range(pairs))
+        exp.live_params = exp.current
+        self._send(exp, {"t": "interleave", "exp": exp.exp, "action": exp.action, "params": exp.current,
+                         "order": order, "block": block})
+
+    def _apply(self, exp: Experiment, params: dict) -> None:
+        exp.measure_from = exp.measure_until = None
+        exp.live_params = params
+        if exp.state != FINALIZING:
+            exp.state = APPLYING
+        self._send(exp, {"t": "apply", "exp": exp.exp, "action": exp.action, "params": params})
+
+    def _send(self, exp: Experiment, message: dict) -> None:
+        exp.sent_at, exp.sent_step = time.monotonic(), self.latest_step
+        self.send(message)
+
+    # --- the screens ------------------------------------------------------------------
     def progress(self, rows) -> dict | None:
         """Where the change under way stands, for the screens: ``rows``, rank 0's latest
         steps (a deque or list, oldest first)."""
         exp = self.active
         if exp is None:
             return None
-        measured = []
-        if exp.measure_from is not None:
-            for row in reversed(rows):
-                if row.step < exp.measure_from:
-                    break
-                measured.append(row)
-        return {"id": exp.advice_id, "params": exp.current, "candidate": exp.index + 1,
-                "candidates": len(exp.candidates), "state": exp.state, "baseline": exp.baseline,
-                "steps": len(measured), "needed": exp.epoch[0] if exp.epoch else MEASURE_STEPS,
-                "now": throughput(measured) if measured else None, "from_step": exp.started_step,
-                "windows": [*exp.windows, *([(measured[-1].step, measured[0].step)] if measured else [])]}
+        base = {"id": exp.advice_id, "params": exp.current, "candidate": exp.index + 1, "method": exp.method,
+                "candidates": len(exp.candidates), "state": exp.state, "from_step": exp.started_step}
+        if exp.method == "interleaved":
+            done = self._interleaved_so_far(exp, rows)
+            before, after, logs = done if done else (Measured(), Measured(), [])
+            return {**base, "baseline": before.rate, "now": after.rate or None, "steps": len(logs),
+                    "needed": PAIRS * (1 + exp.extensions), "unit": "pairs",
+                    "windows": [list(b) for b in (*before.blocks, *after.blocks)]}
+        window = self._window(exp, rows, self.loader) if exp.measure_from is not None else None
+        return {**base, "baseline": exp.baseline.rate, "now": window.rate if window and window.steps else None,
+                "steps": window.steps if window else 0, "unit": "steps",
+                "needed": exp.epoch if exp.method == "epochs" else MEASURE_STEPS,
+                "windows": exp.windows() + ([list(b) for b in window.blocks] if window else [])}
 
-    def _apply(self, exp: Experiment, params: dict) -> None:
-        exp.sent_at = time.monotonic()
-        exp.measure_from = None
-        exp.skip = exp.warmup(exp.live_params)
-        exp.live_params = params
-        self.send({"t": "apply", "exp": exp.exp, "action": exp.action, "params": params})
-
+    # --- the training's answers -------------------------------------------------------
     def on_ack(self, message: dict) -> None:
-        exp = self.active
-        if exp is None or message.get("exp") != exp.exp:
-            return
-        if message.get("t") == "applied" and message.get("params") not in (None, exp.live_params):
-            return  # another rank's answer to an earlier candidate of this search
+        exp_id = message.get("exp")
         if message.get("t") == "reverted":
-            exp.state = REVERTED if message.get("ok") else REVERT_FAILED
-            self._conclude(exp)
+            self.unanswered.discard(exp_id)
+            self.settled_from = max(self.settled_from, settled_after(message))
+        exp = self.active
+        if exp is None or exp_id != exp.exp:
             return
+        if message.get("t") == "reverted":
+            if exp.state == REVERTING:
+                if exp.not_judged:
+                    exp.state = NOT_JUDGED_STATE
+                elif message.get("ok"):
+                    exp.state = REVERTED
+                else:
+                    exp.state, exp.error = REVERT_FAILED, message.get("error") or "the undo failed"
+                self._conclude(exp)
+            return
+        if exp.state not in (APPLYING, FINALIZING) or (exp.method != "interleaved" and (
+                message.get("params") not in (None, exp.live_params))):
+            return  # another rank's answer, to an earlier candidate or after the verdict
         if not message.get("ok"):
             exp.error = message.get("error") or "failed"
-            if exp.trials:  # a later candidate failed (e.g. OOM): settle on the best one so far
+            exp.live_params = exp.running  # nothing changed
+            if message.get("gone"):  # what it would change is gone: the change cannot take
+                exp.not_judged, exp.kept, exp.state = True, False, NOT_JUDGED_STATE
+                self._conclude(exp)
+                return
+            if exp.trials and exp.method != "interleaved":  # a later candidate failed (e.g. OOM): the best so far
+                exp.state = MEASURING
                 self._settle(exp)
             else:
-                exp.kept, exp.state = False, FAILED
-                # Under DDP another rank may have applied it: undo there too.
-                self.send({"t": "revert", "exp": exp.exp})
-                self._conclude(exp)
+                self._revert(exp, FAILED)
             return
         exp.note = message.get("note") or exp.note
         step = int(message.get("step", 0))
-        exp.measure_from = step + exp.skip
-        if exp.epoch:
+        if exp.method == "interleaved":
+            if exp.state == FINALIZING:  # the verdict, taken: the change stays from here
+                exp.measure_from = exp.holds_from = step + SETTLE_STEPS
+                exp.state = KEPT
+                self._conclude(exp)
+                return
+            plan = message.get("interleave") or {}
+            exp.schedule = Schedule(int(plan["first"]), int(plan["block"]), plan["order"], SETTLE_STEPS)
+            exp.state = MEASURING
+            return
+        exp.running = exp.live_params
+        if message.get("startup_s") is not None:
+            exp.startups.setdefault(exp.workers(exp.live_params), []).append(float(message["startup_s"]))
+        exp.measure_from = step + int(message.get("settle") or 0) + WARMUP_STEPS
+        if exp.method == "epochs":
             # The first epoch to begin after the change starts the workers; the next one
             # shows what keeping them saves. (An epoch beginning at the very step applied
             # may have started its workers before: one epoch more is waited then.)
-            length, began = exp.epoch
-            exp.measure_from = began + length * ((step - began) // length + 2)
+            began = self.loader.epoch_began()
+            began = step if began is None else began
+            exp.measure_from = began + exp.epoch * ((step - began) // exp.epoch + 2)
+            exp.measure_until = exp.measure_from + exp.epoch - 1
         exp.state = FINALIZING if exp.state == FINALIZING else MEASURING
 
-    def tick(self, rows: list, startups=frozenset()) -> None:
-        """``rows``: recent step rows (one rank), oldest first; ``startups``: the steps
-        that waited for DataLoader workers to start."""
+    def on_event(self, event: dict) -> None:
+        """A probe event: the script replaced what the change was made to, or the
+        training could not go on switching it."""
+        exp = self.active
+        if exp is None or exp.state == REVERTING:
+            return
+        replaced_loader = event.get("kind") == "replaced" and event.get("what") == "DataLoader" \
+            and exp.action in LOADER_ACTIONS and exp.state != APPLYING
+        mine = event.get("exp") == exp.exp
+        if replaced_loader:
+            self._not_judged(exp, f"built a new DataLoader at step {event.get('step')}")
+        elif mine and event.get("kind") == "replaced":
+            self._not_judged(exp, f"changed {event.get('what')} at step {event.get('step')}")
+        elif mine and event.get("kind") == "trial_stopped":
+            exp.error = f"the trial stopped at step {event.get('step')}: {event.get('error')}"
+            self._revert(exp, FAILED)
+
+    def _not_judged(self, exp: Experiment, what: str) -> None:
+        exp.error = f"the script {what}: the change did not stay"
+        exp.not_judged = True
+        self._revert(exp, REVERTING)
+
+    # --- measuring --------------------------------------------------------------------
+    def tick(self, rows: list, loader: LoaderFigures = LoaderFigures()) -> None:
+        """``rows``: rank 0's measured steps, oldest first; ``loader``: its loader's figures."""
+        if rows:
+            self.latest_step = max(self.latest_step, rows[-1].step)
+        self.loader = loader
         exp = self.active
         if exp is None:
             return
+        if exp.loader_id and loader.id and loader.id != exp.loader_id and exp.state not in (APPLYING, REVERTING):
+            # the loader facts come with the steps: a new training loader is seen before its steps are measured
+            self._not_judged(exp, f"built a new DataLoader at step {loader.began}")
+            return
+        if exp.state in (APPLYING, FINALIZING, REVERTING) and exp.measure_from is None:
+            self._check_answer(exp)
+            return
+        if exp.method == "interleaved":
+            self._tick_interleaved(exp, rows)
+            return
         if exp.measure_from is None:
-            if time.monotonic() - exp.sent_at > ACK_TIMEOUT_S:
-                exp.kept, exp.state, exp.error = False, FAILED, "the training process did not answer"
-                self._conclude(exp)
             return
-        window = [r for r in exp.measured(rows, startups) if r.step >= exp.measure_from]
-        if not enough(window, exp.epoch[0] if exp.epoch else MEASURE_STEPS):
+        window = self._window(exp, rows, loader)
+        if exp.method == "epochs":
+            if window.steps == 0 or (rows and rows[-1].step < exp.measure_until):
+                return
+        elif window.steps < MEASURE_STEPS or window.wall < MIN_MEASURE_SECONDS * (1 + exp.extensions):
             return
-        measured = throughput(window)
-        if exp.state == FINALIZING:
-            self._conclude(exp)
+        if exp.state == FINALIZING:  # the settled setting again: measured, pooled with its trial
+            if exp.final_window is None:
+                exp.final_window = len(exp.trials)
+                exp.trials.append((exp.running, window))
+            else:
+                exp.trials[exp.final_window] = (exp.running, window)
+            self._settle(exp)
             return
-        exp.trials.append((exp.current, measured, relative_error(window)))
-        exp.windows.append((window[0].step, window[-1].step))
-        best_before = max((s for _, s, _ in exp.trials[:-1]), default=exp.baseline)
-        improved = measured > best_before * (1 + NOISE)
-        if improved and exp.index + 1 < len(exp.candidates):
+        if exp.extensions and exp.trials:
+            exp.trials[-1] = (exp.live_params, window)  # the same trial, measured longer
+        else:
+            exp.trials.append((exp.current, window))
+        best_before = max((w.rate for _, w in exp.trials[:-1]), default=exp.baseline.rate)
+        improved = window.rate > best_before * (1 + NOISE)
+        if not exp.extensions and improved and exp.index + 1 < len(exp.candidates):
             exp.index += 1
             self._apply(exp, exp.current)
             return
         self._settle(exp)
+
+    def _window(self, exp: Experiment, rows, loader: LoaderFigures | None) -> Measured:
+        last = exp.measure_until if exp.measure_until is not None else float("inf")
+        chosen = [r for r in rows if exp.measure_from <= r.step <= last]
+        if exp.method == "epochs" or loader is None:
+            return measure(chosen)
+        return measure(chosen, loader.startup_steps, loader.cost(exp.workers(exp.live_params), exp.startups))
+
+    def _settle(self, exp: Experiment) -> None:
+        params, after = exp.best()
+        if after is None:
+            self._revert(exp, FAILED)
+            return
+        exp.after = after
+        exp.change = speed_change(after, exp.baseline, floor=NOISE)
+        if exp.method == "epochs":
+            # over whole epochs the blocks differ by design (one holds the epoch's start):
+            # that spread is the thing measured, not noise
+            ratio = after.rate / exp.baseline.rate if exp.baseline.rate else 0.0
+            exp.change = (ratio, ratio * (1 - NOISE), ratio * (1 + NOISE), 0.0)
+        verdict = judge(exp.change[:3])
+        undecided = verdict == NO_CHANGE and exp.change[3] > NOISE
+        live = params == exp.running
+        if (undecided and live and exp.method == "sequential" and exp.extensions < EXTENSIONS
+                and time.monotonic() - exp.began_at < MAX_TRIAL_SECONDS):
+            exp.extensions += 1  # measure longer, from the same step
+            return
+        keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
+        if not keep:
+            self._revert(exp, REVERTING)
+            return
+        exp.kept, exp.final_params = True, params
+        if not live:  # settled on a candidate tried before: applied again, measured again
+            exp.state = FINALIZING
+            self._apply(exp, params)
+            return
+        exp.state = KEPT
+        exp.holds_from = exp.measure_from
+        self._conclude(exp)
+
+    def _interleaved_so_far(self, exp: Experiment, rows) -> tuple | None:
+        if exp.schedule is None:
+            return None
+        by_step = {r.step: r for r in rows if r.step >= exp.schedule.first}
+        return paired(exp.schedule.blocks(by_step))
+
+    def _tick_interleaved(self, exp: Experiment, rows) -> None:
+        if exp.state != MEASURING:
+            return
+        before, after, logs = self._interleaved_so_far(exp, rows)
+        exp.baseline, exp.after, exp.pairs = before, after, len(logs)
+        schedule = exp.schedule
+        all_done = self.latest_step >= schedule.first + len(schedule.order) * schedule.block - 1
+        if len(logs) < PAIRS * (1 + exp.extensions) and not all_done:
+            return
+        exp.change = paired_change(before, after, logs, floor=NOISE)
+        verdict = judge(exp.change[:3])
+        undecided = verdict == NO_CHANGE and exp.change[3] > NOISE
+        if undecided and not all_done and exp.extensions < EXTENSIONS:
+            exp.extensions += 1
+            return
+        keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
+        exp.kept = keep
+        exp.final_params = exp.current
+        exp.state = FINALIZING if keep else REVERTING
+        self._send(exp, {"t": "conclude", "exp": exp.exp, "keep": keep})
+        if not keep:
+            exp.measure_from = None
+
+    # --- ends -------------------------------------------------------------------------
+    def _check_answer(self, exp: Experiment) -> None:
+        waited = time.monotonic() - exp.sent_at
+        if waited > ACK_TIMEOUT_S and self.latest_step > exp.sent_step + ACK_TIMEOUT_STEPS:
+            if exp.state == REVERTING:
+                self.unanswered.add(exp.exp)
+                exp.state = REVERT_FAILED
+                exp.error = (exp.error + "; " if exp.error else "") + "the training did not answer the undo"
+            else:
+                exp.kept, exp.state = False, FAILED
+                exp.error = "the training process did not answer"
+                self.unanswered.add(exp.exp)
+                self.send({"t": "revert", "exp": exp.exp})
+            self._conclude(exp)
+
+    def _revert(self, exp: Experiment, state: ExperimentState) -> None:
+        """Undo everything the experiment changed; it concludes when the training answers
+        (``FAILED``: at once, the undo still sent)."""
+        exp.kept = False
+        exp.measure_from = None
+        if exp.method == "interleaved" and exp.schedule is not None and state != FAILED:
+            self._send(exp, {"t": "conclude", "exp": exp.exp, "keep": False})
+        else:
+            self._send(exp, {"t": "revert", "exp": exp.exp})
+        if state == FAILED:
+            exp.state = FAILED
+            self.unanswered.add(exp.exp)
+            self._conclude(exp)
+            return
+        exp.state = REVERTING
 
     def end_of_run(self) -> None:
         """The training has ended: conclude the experiment under way, as far as it got.
@@ -241,31 +508,33 @@ class ExperimentRunner:
         exp = self.active
         if exp is None:
             return
-        applied = exp.measure_from is not None or bool(exp.trials)
-        exp.state, exp.kept = INCOMPLETE, applied and exp.state != REVERTING
-        exp.error = "the run ended before the measurement finished"
+        applied = exp.measure_from is not None or bool(exp.trials) or exp.schedule is not None
+        exp.kept = applied and exp.state not in (REVERTING,) and exp.method != "interleaved"
+        exp.state = INCOMPLETE
+        exp.error = exp.error or "the run ended before the measurement finished"
+        exp.change = None
         self.active = None
         self.done(exp.result())
-
-    def _settle(self, exp: Experiment) -> None:
-        params = exp.best()[0]
-        verdict = exp.verdict()
-        keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
-        if not keep:
-            exp.kept, exp.state = False, REVERTING
-            exp.measure_from = None
-            self.send({"t": "revert", "exp": exp.exp})
-            return
-        exp.kept, exp.final_params = True, params
-        if params is not exp.current or exp.error:
-            exp.state = FINALIZING
-            self._apply(exp, params)
-            return
-        exp.state = KEPT
-        self._conclude(exp)
 
     def _conclude(self, exp: Experiment) -> None:
-        if exp.state == FINALIZING:
-            exp.state = KEPT
+        if exp.state == KEPT:
+            self.settled_from = max(self.settled_from, exp.measure_from or 0)
         self.active = None
         self.done(exp.result())
+
+
+def take_last(rows: list, steps: int, seconds: float) -> list:
+    """The last rows holding at least ``steps`` steps and ``seconds`` of wall time (all
+    of them where there are fewer)."""
+    total, count = 0.0, 0
+    for row in reversed(rows):
+        total += row.wall
+        count += 1
+        if count >= steps and total >= seconds:
+            break
+    return rows[len(rows) - count:]
+
+
+def settled_after(message: dict) -> int:
+    """The first step after an answered change that runs as the run will go on."""
+    return int(message.get("step") or 0) + int(message.get("settle") or 0) + WARMUP_STEPS

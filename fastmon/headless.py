@@ -89,11 +89,11 @@ class StatusPrinter:
     def _advice_news(self) -> list[str]:
         out = []
         for advice in self.session.view.advice:
-            key = (advice["id"], advice.get("status"))
+            key = (advice["id"], advice.get("status"), (advice.get("result") or {}).get("exp"))
             if key in self._seen_advice:
                 continue
             self._seen_advice.add(key)
-            if advice.get("status") == OPEN:
+            if advice.get("status") == OPEN and not advice.get("result"):
                 gain = f" ({gain_text(advice['est_gain'])})" if advice.get("est_gain") else ""
                 gain += " (a suggestion)" if advice.get("kind") == SUGGESTION else ""
                 out.append(f"[fastmon] advice {advice['id']}: {advice['title']}{gain} — {advice['evidence']}")

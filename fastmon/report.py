@@ -6,7 +6,7 @@ import signal
 
 from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
 from fastmon.phases import PHASES
-from fastmon.verdicts import ExperimentState, is_recommended, rates_text, result_text
+from fastmon.verdicts import ExperimentState, is_recommended, measured_text, params_text, rates_text, result_text
 
 
 def mib(n) -> str:
@@ -249,12 +249,17 @@ def format_text(s: dict) -> str:
         lines.append("")
         lines.append("  applied live:")
         for a in s["applied"]:
-            lines.append(f"   • {a['id']} {a.get('params')} at step {a['step']}: {rates_text(a)} — {result_text(a)}"
-                         + (f" ({a['error']})" if a.get("error") and a.get("state") not in (ExperimentState.FAILED, ExperimentState.INCOMPLETE)
-                            else ""))
+            told = (ExperimentState.FAILED, ExperimentState.INCOMPLETE, ExperimentState.NOT_JUDGED)
+            lines.append(f"   • {a['id']} {params_text(a.get('params') or {})} at step {a['step']}: {rates_text(a)} — "
+                         f"{result_text(a)}" + (f" ({a['error']})" if a.get("error") and a.get("state") not in told
+                                                else ""))
+            how = measured_text(a)
+            if how:
+                lines.append(f"       {how}")
     if s["permanent_changes"]:
         lines.append("")
-        lines.append("  make it permanent (so the next run starts fast without fastmon):")
+        lines.append("  make it permanent (so the next run starts fast without fastmon;"
+                     " `fastmon report --patch | git apply` writes it in):")
         for change in s["permanent_changes"]:
             lines.append(f"    {change}")
     lines.append("")

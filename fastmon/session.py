@@ -24,7 +24,7 @@ from pathlib import Path
 from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
-from fastmon.experiments import WARMUP_STEPS, ExperimentRunner
+from fastmon.experiments import ExperimentRunner, LoaderFigures
 from fastmon.live_state import LiveState, LiveView, RankState, training_rss
 from fastmon.printed_loss import printed_losses
 from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
@@ -236,6 +236,7 @@ class Session:
         elif kind == "event":
             state.events.append(message)
             self._take_event(message)
+            self.experiments.on_event(message)
             data = {k: v for k, v in message.items() if k not in ("t", "kind", "rank", "step")}
             rec.put("events", (time.time(), message.get("rank", 0), message.get("step"), message["kind"],
                                json.dumps(data, default=str)))
@@ -350,7 +351,8 @@ class Session:
     def _advise(self) -> None:
         rows = self._state.measured_rows()
         usable = rows[MIN_ADVISE_STEPS:] if len(rows) > MIN_ADVISE_STEPS * 2 else []
-        self.experiments.tick(rows, startup_steps(self._training_loader()))
+        steady = self._steady_rows(rows)
+        self.experiments.tick(steady, loader_figures(self._training_loader(), steady))
         if not usable:
             return
         shown = recent(usable, ADVISOR_WINDOW)
@@ -372,6 +374,13 @@ class Session:
                 if self._auto_allowed(advice.to_dict()) and self._apply_command(advice.id) is None:
                     break
 
+    def _steady_rows(self, rows: list) -> list:
+        """``rows`` without rank 0's start-up steps (the first, the FLOP count's): what an
+        experiment measures."""
+        rank0 = self._state.ranks.get(0)
+        left_out = rank0.left_out if rank0 else {}
+        return [r for r in rows if r.step not in left_out] if left_out else rows
+
     def _auto_allowed(self, advice: dict) -> bool:
         apply = advice.get("apply")
         if not apply or advice["id"] in self.tried or advice["id"] in self.dismissed:
@@ -388,11 +397,11 @@ class Session:
         if self._state.status != "running":
             return "the training has ended"
         if self.experiments.busy:
-            return "another change is being measured; try again when it is done"
+            return self.experiments.why_busy()
         loader = self._training_loader()
         epoch = epoch_for(advice, loader)
-        if self.experiments.start(advice, self._state.measured_rows(), warmup=warmup_for(advice, loader),
-                                  epoch=epoch, startups=startup_steps(loader)) is None:
+        rows = self._steady_rows(self._state.measured_rows())
+        if self.experiments.start(advice, rows, loader_figures(loader, rows), epoch=epoch) is None:
             return ("it is measured over whole epochs: an epoch's worth of steps first" if epoch
                     else "no steps to compare with yet")
         self.tried.add(advice_id)
@@ -531,26 +540,22 @@ def exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def warmup_for(advice: dict, loader: dict):
-    """Steps to skip after a change before measuring it. After a DataLoader rebuild the
-    batches still in flight in the previous workers come first."""
-    if advice["apply"]["action"] != "loader":
-        return lambda previous: WARMUP_STEPS
-    prefetch = loader.get("prefetch_factor") or 2
-    original = loader.get("num_workers", 0)
-    return lambda previous: WARMUP_STEPS + prefetch * (previous or {}).get("num_workers", original)
+def loader_figures(loader: dict, rows: list) -> LoaderFigures:
+    """What a trial reads of the training loader's latest fact: the steps that waited for
+    its workers to start, each start-up, an epoch's steps (its batches, over the batches a
+    step takes: gradient accumulation takes several)."""
+    startups = tuple(tuple(s) for s in loader.get("startups") or ())
+    timed = [r.micro_batches for r in rows[-200:] if r.timed and r.micro_batches]
+    per_step = max(1.0, sorted(timed)[len(timed) // 2]) if timed else 1.0
+    return LoaderFigures(frozenset(s[0] for s in startups), startups, (loader.get("len") or 0) / per_step,
+                         loader.get("num_workers") or 0, bool(loader.get("persistent_workers")), loader.get("id"),
+                         loader.get("epoch_began"))
 
 
-def startup_steps(loader: dict) -> frozenset:
-    """The steps that waited for the training loader's workers to start."""
-    return frozenset(step for step, _ in loader.get("startups") or ())
-
-
-def epoch_for(advice: dict, loader: dict) -> tuple[int, int] | None:
-    """(steps in an epoch, the current epoch's first step) where the change shows only at
-    epoch starts: persistent workers. Every epoch start restarts the workers until
-    then, so the last start-up the probe recorded began the current epoch."""
+def epoch_for(advice: dict, loader: dict) -> int | None:
+    """Steps in an epoch where the change shows only at epoch starts: persistent workers;
+    None for any other change, or where an epoch's length or start is unknown."""
     if advice["apply"].get("params", {}).keys() != {"persistent_workers"}:
         return None
-    startups = loader.get("startups")
-    return (loader["len"], startups[-1][0]) if loader.get("len") and startups else None
+    epoch_starts = [s for s in loader.get("startups") or () if len(s) < 4 or not s[3]]
+    return loader["len"] if loader.get("len") and epoch_starts else None

@@ -4,17 +4,14 @@ the end. Built from the run record alone, so a replay shows the same numbers."""
 from __future__ import annotations
 
 from fastmon.advisor.bound import LAUNCH, bound, launch_remedies
-from fastmon.advisor.facts import Facts
-from fastmon.advisor.knobs import loader_setting
-from fastmon.advisor.rules import BY_ID
 from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.window import Window
 from fastmon.calibration import measured_tflops
 from fastmon.peaks import math_dtype, peak_tflops
+from fastmon.permanent import line_text, permanent_changes
 from fastmon.phases import COLUMN, PHASES
 from fastmon.records import RunRecord
 from fastmon.step_table import StepTable
-from fastmon.verdicts import FASTER
 
 STRAGGLER_MARGIN = 0.10  # own work this much above the median rank's ...
 STRAGGLER_STEP_SHARE = 0.05  # ... and worth at least this share of a step: the straggler
@@ -91,16 +88,32 @@ def first_step_why(row) -> str:
     return "first step" + (": " + ", ".join(f"{p} {row[COLUMN[p]] * 1e3:,.0f} ms" for p in big) if big else "")
 
 
+def holds_from(result: dict) -> int:
+    """The first step of the run as a kept change left it (older records: its first step)."""
+    return result.get("holds_from") or result["step"]
+
+
+def since_candidates(applied: list[dict]) -> list[int]:
+    """Where the run as it is now begins, best first: where the last kept change holds
+    from, then where it was applied (the first with timed steps is taken: on short steps
+    a few hundred may hold none)."""
+    kept = [a for a in applied if a.get("kept")]
+    if not kept:
+        return []
+    last = max(kept, key=holds_from)
+    return [holds_from(last), last["step"]]
+
+
 def since_last_change(rows: list, applied: list[dict]) -> list:
-    """The rows that describe the run as it is now: from the step of the last change
-    fastmon made that stayed in effect; all of ``rows`` when none did, or while none of
-    the later rows was timed yet. Every surface's "current" figures start here, so no
-    screen shows the starved run after its fix."""
-    steps = [a["step"] for a in applied if a.get("kept")]
-    if not steps:
-        return rows
-    after = [r for r in rows if r.step >= max(steps)]
-    return after if any(r.timed for r in after) else rows
+    """The rows that describe the run as it is now: from the step at which the last
+    change fastmon kept holds; all of ``rows`` when none did, or while none of the later
+    rows was timed yet. Every surface's "current" figures start here, so no screen shows
+    the starved run after its fix."""
+    for step in since_candidates(applied):
+        after = [r for r in rows if r.step >= step]
+        if any(r.timed for r in after):
+            return after
+    return rows
 
 
 def current_rows(rows: list, applied: list[dict], left_out) -> list:
@@ -113,9 +126,8 @@ def current_window(table: StepTable, applied: list[dict], left_out) -> Window:
     ``current_rows``, over the whole table."""
     if sum(map(table.has, left_out)) >= len(table):  # a run of start-up alone: all of it
         left_out = frozenset()
-    kept = [a["step"] for a in applied if a.get("kept")]
-    if kept:
-        after = table.window(table.position(max(kept)), None, left_out)
+    for step in since_candidates(applied):
+        after = table.window(table.position(step), None, left_out)
         if after.timed_steps:
             return after
     return table.window(left_out=left_out)
@@ -126,10 +138,10 @@ def before_and_after(table: StepTable, applied: list[dict], left_out) -> dict | 
     in effect, side by side; None when nothing stayed in effect."""
     if not any(a.get("kept") for a in applied):
         return None
-    first, last = min(a["step"] for a in applied), max(a["step"] for a in applied if a.get("kept"))
-    before = table.window(0, table.position(first), left_out)
-    after = table.window(table.position(last), None, left_out)
-    if not before.steps or not after.timed_steps:
+    before = table.window(0, table.position(min(a["step"] for a in applied)), left_out)
+    after = next((w for w in (table.window(table.position(step), None, left_out) for step in since_candidates(applied))
+                  if w.timed_steps), None)
+    if not before.steps or after is None:
         return None
     return {"before": {"from_step": before.first_step, "to_step": before.last_step, **window_summary(before)},
             "after": {"from_step": after.first_step, "to_step": after.last_step, **window_summary(after)}}
@@ -188,7 +200,8 @@ def summarize(run_dir) -> dict:
         summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         facts = records[0].facts()
-        summary["permanent_changes"] = permanent_changes(summary["applied"], facts)
+        summary["permanent"] = permanent_changes(summary["applied"], facts, summary["advice"])
+        summary["permanent_changes"] = [line_text(c) for c in summary["permanent"]]
         summary["changes"] = before_and_after(primary, summary["applied"], set(left_out))
         summary["timing"] = facts.get("timing")  # the probe's measure of what a timed step costs
         summary["compile"] = facts.get("compile")
@@ -374,33 +387,14 @@ def _advice_out(a: dict) -> dict:
     return {"id": a["id"], "kind": a.get("kind", PROBLEM), "title": a["title"], "evidence": a["evidence"],
             "est_gain": a.get("est_gain"), "location": a.get("location"), "action": a["action"], "fix": a.get("fix"),
             "status": a.get("status"), "confidence": a.get("confidence"),
-            "measured": {k: result.get(k) for k in ("speedup", "speedup_interval", "verdict", "kept")} if result else None}
+            "measured": {k: result.get(k) for k in ("speedup", "speedup_interval", "verdict", "kept", "state", "error")}
+            if result else None}
 
 
 def _applied_out(a: dict) -> dict:
     return {"id": a["id"], "step": a["step"], "params": a.get("params"), "tried": a.get("tried", []),
+            "method": a.get("method"), "before": a.get("before"), "after": a.get("after"),
+            "holds_from": a.get("holds_from"), "pairs": a.get("pairs"), "extensions": a.get("extensions"),
             "before_samples_per_s": a.get("before_samples_per_s"), "after_samples_per_s": a.get("after_samples_per_s"),
             "speedup": a.get("speedup"), "speedup_interval": a.get("speedup_interval"), "verdict": a.get("verdict"),
             "kept": bool(a.get("kept")), "state": a.get("state"), "error": a.get("error")}
-
-
-def permanent_changes(applied: list[dict], facts: dict) -> list[str]:
-    """The code that makes each hot-apply measured faster permanent, so the next run starts
-    fast (not one kept as harmless, nor one the run ended before measuring): each rule's
-    own ``permanent`` line, the DataLoader's changes merged into one call."""
-    lines = []
-    loader_params: dict = {}
-    run_facts = Facts(values=facts)
-    for a in applied:
-        if not a["kept"] or a.get("verdict", FASTER) != FASTER:  # older records: no verdict, kept meant faster
-            continue
-        rule = BY_ID.get(a["id"])
-        if a["id"].startswith("dataloader."):
-            loader_params.update(a.get("params") or {})
-        elif rule is not None and hasattr(rule, "permanent"):
-            lines.append(rule.permanent(a.get("params") or {}, run_facts))
-    if loader_params:
-        loader = run_facts.training_loader() or {}
-        where = f"  # {loader['location']}" if loader.get("location") else ""
-        lines.insert(0, f"{loader_setting(run_facts, **loader_params)}{where}")
-    return lines

@@ -18,6 +18,7 @@ class Verdict(StrEnum):
     SLOWER = "slower"
     NO_CHANGE = "no measurable change"
     NOT_MEASURED = "not measured"
+    NOT_JUDGED = "not judged"  # the script replaced what the change was made to
 
 
 class AdviceStatus(StrEnum):
@@ -30,7 +31,7 @@ class AdviceStatus(StrEnum):
 
 
 class ExperimentState(StrEnum):
-    """Where a live change (fastmon.experiments) stands; the last five are ends."""
+    """Where a live change (fastmon.experiments) stands; the last six are ends."""
 
     APPLYING = "applying"  # sent to the probe, not acknowledged yet
     MEASURING = "measuring"
@@ -41,9 +42,10 @@ class ExperimentState(StrEnum):
     REVERT_FAILED = "revert failed"
     FAILED = "failed"
     INCOMPLETE = "incomplete"  # the run ended first
+    NOT_JUDGED = "not judged"  # the script replaced what it changed (a new DataLoader, say)
 
 
-FASTER, SLOWER, NO_CHANGE, NOT_MEASURED = Verdict
+FASTER, SLOWER, NO_CHANGE, NOT_MEASURED, NOT_JUDGED = Verdict
 OPEN, APPLYING, KEPT, APPLIED, TRIED, DISMISSED = STATUSES = tuple(AdviceStatus)
 NOISE = 0.05  # a relative change of speed treated as noise, at the least
 # ... and between two runs: two processes of one script on a shared CPU box differ by up to
@@ -83,6 +85,8 @@ def judge(interval: tuple[float, float, float] | None) -> str:
 
 
 def advice_status(result: dict) -> str:
+    if result.get("verdict") == NOT_JUDGED:  # nothing refuted: the change could not take
+        return OPEN
     if result.get("verdict") == NOT_MEASURED:  # nothing refuted: still advice if it did not take effect
         return APPLIED if result.get("kept") else OPEN
     return KEPT if result.get("kept") else TRIED
@@ -113,7 +117,9 @@ def change_text(result: dict) -> str:
 def rates_text(result: dict) -> str:
     """"1,234.5 → 2,345.6 samples/s": a change's before and after, live or between two runs."""
     before, after = result.get("before_samples_per_s") or 0.0, result.get("after_samples_per_s")
-    return f"{before:,.1f} → {after:,.1f} samples/s" if after is not None else f"{before:,.1f} samples/s before"
+    if after is not None:
+        return f"{before:,.1f} → {after:,.1f} samples/s"
+    return f"{before:,.1f} samples/s before" if before else "nothing measured"
 
 
 def result_text(result: dict) -> str:
@@ -121,6 +127,8 @@ def result_text(result: dict) -> str:
     if result.get("state") == ExperimentState.FAILED:
         return f"failed: {result.get('error')}"
     verdict = result.get("verdict")
+    if verdict == NOT_JUDGED:
+        return f"not judged: {result.get('error')}"
     if verdict == NOT_MEASURED:
         return ("applied, not measured before the run ended" if result.get("kept")
                 else "not measured: the run ended before it took effect")
@@ -128,3 +136,29 @@ def result_text(result: dict) -> str:
     if verdict == NO_CHANGE:
         return f"no measurable change ({change}) — " + ("kept: harmless" if result.get("kept") else "reverted")
     return f"{change}, {'kept' if result.get('kept') else 'reverted'}"
+
+
+def steps_text(blocks) -> str:
+    """Runs of steps as the record numbers them: "10-29, 33-80"."""
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in blocks)
+
+
+def measured_text(result: dict) -> str:
+    """How a change was measured, in terms a user checks against the record: the steps
+    of each side, and the worker start-ups a side accounts."""
+    before, after = result.get("before") or {}, result.get("after") or {}
+    if not before.get("blocks") or not after.get("blocks"):
+        return ""
+    if result.get("method") == "interleaved":
+        text = (f"measured interleaved: {result.get('pairs')} pairs of blocks, "
+                f"{after['steps']} steps with it, {before['steps']} without")
+    else:
+        text = f"measured over steps {steps_text(before['blocks'])} (before) and {steps_text(after['blocks'])} (after)"
+        if result.get("method") == "epochs":
+            text += ", whole epochs"
+    start_ups = [f"{side} {w['startup_s']:.2f} s" for side, w in (("before", before), ("after", after))
+                 if w.get("startup_s")]
+    if start_ups:
+        text += "; worker start-ups accounted: " + ", ".join(start_ups)
+    return text
+

@@ -16,14 +16,18 @@ when an epoch has begun, or at once when fastmon changes a setting: short epochs
 the training thread no fact each.
 
 A rebuild (hot-apply of num_workers / pin_memory / persistent_workers) takes the index
-batches that the live iterator has not yet dispatched, lets the batches already in
-flight drain from the old iterator, and serves the rest of the epoch from a new
-DataLoader over exactly those indices: no sample is skipped or repeated, and the batches
+batches that the live iterator has not yet dispatched, takes the batches already in
+flight out of the old iterator (its workers then stop, and free their cores), starts a
+new DataLoader over exactly the rest and waits for its first batch, as an epoch start
+does: that wait is the new setting's start-up, recorded beside the epoch starts'. The
+batches taken out are served first: no sample is skipped or repeated, and the batches
 keep their composition, so ``len(loader)`` and step-count schedulers stay right.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import os
 import threading
 import warnings
@@ -55,7 +59,8 @@ class LoaderState:
         self.live: weakref.ref | None = None
         self.description = facts.describe_loader(loader)  # replaced, never changed in place
         # (epochs begun, seconds the last iter() took, the last STARTUPS_KEPT worker start-ups
-        # as (step that waited, seconds in iter() and in the first __next__))
+        # as (step that waited, seconds in iter() and in the first __next__, the workers
+        # started, 1 where a live rebuild started them, 0 at an epoch start))
         self.epoch: tuple[int, float | None, tuple] = (0, None, ())
         self.reported: tuple | None = None  # (description, epoch) as the last fact had them
         self.index = int(loader_id[1:])
@@ -63,6 +68,10 @@ class LoaderState:
         # an eval forward took its batch. Only the training loader's batches are samples.
         self.role: str | None = None
         self.counter: SampleCount | None = None  # this epoch's samples, once fastmon changed its batch size in it
+        self.iter_step = 0  # the step in which its latest iterator was made: its epoch's first
+
+    def add_startup(self, startup: tuple) -> None:
+        self.epoch = (*self.epoch[:2], (*self.epoch[2], startup)[-STARTUPS_KEPT:])
 
 
 class IterTags:
@@ -84,15 +93,15 @@ TAGS = "_fastmon_tags"
 
 
 class Rebuilt:
-    """Serves the rest of an epoch after a rebuild: first the batches already in flight
-    in the replaced iterators, then the new loader's. It holds no reference to the
-    iterator the script holds (``OWNER`` stands for it in ``draining``): that iterator
-    holds this, and a cycle would keep every worker here alive past a ``break`` until the
-    garbage collector, whose finalizers then wait 5 s on each worker's join."""
+    """Serves the rest of an epoch after a rebuild: first the batches the replaced
+    iterators had in flight, taken out at the rebuild, then the new loader's. It holds no
+    iterator the script holds: that iterator holds this, and a cycle would keep every
+    worker here alive past a ``break`` until the garbage collector, whose finalizers then
+    wait 5 s on each worker's join."""
 
-    def __init__(self, draining: list, new_iter, new_loader, orig_next, counter=None) -> None:
+    def __init__(self, buffered: collections.deque, new_iter, new_loader, orig_next, counter=None) -> None:
         self.counter = counter  # samples, where the batch size changed: each batch's own size
-        self.draining = draining
+        self.buffered = buffered
         self.new_iter = new_iter
         self.new_loader = new_loader
         self._orig_next = orig_next
@@ -100,31 +109,35 @@ class Rebuilt:
     def next(self, owner):
         """The next batch of ``owner``, the iterator the script holds: its count of
         batches delivered goes on."""
-        while self.draining:
-            old = owner if self.draining[0] is OWNER else self.draining[0]
-            try:
-                batch = self._orig_next(old)
-                if old is not owner:
-                    owner._num_yielded += 1
-                return self._counted(batch)
-            except StopIteration:
-                self.draining.pop(0)
-                shutdown = getattr(old, "_shutdown_workers", None)
-                if shutdown is not None:
-                    shutdown()
-        if self.new_iter is None:
+        if self.buffered:
+            batch = self.buffered.popleft()
+        elif self.new_iter is None:
             raise StopIteration
-        batch = self._orig_next(self.new_iter)
+        else:
+            batch = self._orig_next(self.new_iter)
         owner._num_yielded += 1
-        return self._counted(batch)
-
-    def _counted(self, batch):
         if self.counter is not None:
             self.counter._num_yielded += batch_size_of(batch)
         return batch
 
 
-OWNER = object()  # in Rebuilt.draining: the script's own iterator
+def take_in_flight(iterator, orig_next) -> list:
+    """The batches ``iterator`` has in flight, once its index stream is used up, in
+    order; then its workers stop. Its count of batches delivered is left as it was: the
+    script has not had these yet."""
+    delivered = iterator._num_yielded
+    batches = []
+    try:
+        while True:
+            batches.append(orig_next(iterator))
+    except StopIteration:
+        pass
+    finally:
+        iterator._num_yielded = delivered
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    return batches
 
 
 class LoaderPart(Part):
@@ -138,6 +151,9 @@ class LoaderPart(Part):
         self.train_loader: LoaderState | None = None
         self._orig_next = dl._BaseDataLoaderIter.__next__
         self._orig_iter = DataLoader.__iter__
+        self._orig_init = DataLoader.__init__
+        # where each DataLoader was built: the line a lasting change of its settings goes on
+        self.built_at: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.rebuilt = False  # an iterator delegates to a rebuilt loader (until the run ends)
         self._report_lock = threading.Lock()  # the publisher's round and a settings change both report
         self.timed_next = None
@@ -204,11 +220,24 @@ class LoaderPart(Part):
                 part.fail(exc)
             return it
 
+        orig_init = self._orig_init
+
+        @functools.wraps(orig_init)  # libraries read DataLoader.__init__'s signature (Lightning)
+        def __init__(loader, *args, **kwargs):
+            orig_init(loader, *args, **kwargs)
+            if part.on:
+                try:
+                    part.built_at[loader] = fmt(user_frame(2))
+                except Exception as exc:
+                    part.fail(exc)
+
         self.timed_next = __next__
         DataLoader.__iter__ = __iter__
+        DataLoader.__init__ = __init__
 
     def uninstall(self) -> None:
         DataLoader.__iter__ = self._orig_iter
+        DataLoader.__init__ = self._orig_init
         self.first_batch_pending.clear()
         self.disarm()
 
@@ -226,8 +255,8 @@ class LoaderPart(Part):
         """A hot-apply scheduled on this iterator: rebuild before its next batch."""
         (state, params, ack), tags.pending = tags.pending, None
         try:
-            self.rebuild(it, tags, state, params)
-            ack(ok=True)
+            settle, startup = self.rebuild(it, tags, state, params)
+            ack(ok=True, settle=settle, startup_s=startup)
         except Exception as exc:
             ack(ok=False, error=f"{type(exc).__name__}: {exc}")
 
@@ -244,11 +273,12 @@ class LoaderPart(Part):
         key = id(loader)
         state = self.loaders.get(key)
         if state is None or state.ref() is not loader:
-            state = LoaderState(f"L{len(self.loaders)}", loader, fmt(user_frame(3)))
+            state = LoaderState(f"L{len(self.loaders)}", loader, self.built_at.get(loader) or fmt(user_frame(3)))
             self.loaders[key] = state
         seconds = perf_counter() - started
         state.epoch = (state.epoch[0] + 1, seconds, state.epoch[2])
         state.live = weakref.ref(it)
+        state.iter_step = self.probe.clock.step
         if state.role is None and not torch.is_grad_enabled():
             state.role = "eval"  # a validation loop under no_grad or inference_mode
         state.counter = None  # a new epoch: one batch size again
@@ -271,9 +301,8 @@ class LoaderPart(Part):
             return self.timed_next(it)
         finally:
             try:
-                state = tags.state
-                startup = (self.probe.clock.step, iter_seconds + perf_counter() - started)
-                state.epoch = (*state.epoch[:2], (*state.epoch[2], startup)[-STARTUPS_KEPT:])
+                workers = getattr(it, "_num_workers", 0)
+                tags.state.add_startup((self.probe.clock.step, iter_seconds + perf_counter() - started, workers, 0))
                 self.first_batch_pending.discard(it)
                 if not self.probe.clock.timing:
                     self.disarm()
@@ -296,6 +325,7 @@ class LoaderPart(Part):
                         epochs, iter_seconds, startups = state.epoch
                         self.probe.fact(f"loader.{state.id}", dict(state.description, id=state.id,
                                                                    location=state.location, epochs=epochs,
+                                                                   epoch_began=state.iter_step,
                                                                    iter_seconds=iter_seconds,
                                                                    startups=[list(s) for s in startups]))
         except Exception as exc:
@@ -310,7 +340,7 @@ class LoaderPart(Part):
             tags = getattr(live, TAGS, None)
             iterators = [live]
             if tags is not None and tags.source is not None:
-                iterators += [*tags.source.draining, tags.source.new_iter]
+                iterators.append(tags.source.new_iter)
             for it in iterators:
                 for worker in getattr(it, "_workers", None) or ():
                     if worker.pid is not None:
@@ -333,6 +363,11 @@ class LoaderPart(Part):
             state.role = "eval"
 
     def set_training(self, state: LoaderState) -> None:
+        if self.train_loader is not None and state.role != "train":
+            # A new DataLoader feeds the training (one built each epoch, say): a live change
+            # to the one before died with it.
+            self.probe.event("replaced", what="DataLoader", location=state.location, was=self.train_loader.id,
+                             now=state.id, step=state.iter_step)
         state.role = "train"
         self.train_loader = state
         live = state.live() if state.live is not None else None
@@ -341,12 +376,12 @@ class LoaderPart(Part):
         elif live is not None:
             self.probe.clock.training_iterator(live, state.index, state.epoch[0])
 
-    def schedule(self, params: dict, ack) -> None:
+    def schedule(self, params: dict, ack, state: LoaderState | None = None) -> None:
         """Apply loader settings: for later epochs at once, for the live epoch at the
         iterator's next ``__next__`` (so the rebuild's cost shows as data_wait). Persistent
         workers only for later epochs: the live epoch's workers are up already, and a
         rebuild would start new ones (seconds, where workers are spawned)."""
-        state = self.training_loader()
+        state = state or self.training_loader()
         loader = state.ref() if state else None
         if loader is None:
             raise RuntimeError("no DataLoader seen in the training loop")
@@ -369,23 +404,38 @@ class LoaderPart(Part):
                     self.probe.clock.training_iterator(state.counter, state.index, state.epoch[0], samples=True)
         tags.pending = (state, params, ack)
 
-    def rebuild(self, it, tags: IterTags, state: LoaderState, params: dict) -> None:
+    def rebuild(self, it, tags: IterTags, state: LoaderState, params: dict) -> tuple[int, float | None]:
+        """Serve the rest of the epoch with the loader's new settings. Returns the batches
+        that come faster than the new setting makes them (those the old workers had in
+        flight, then the new workers' first store) and the new workers' start-up (None
+        where none start)."""
         loader = state.ref()
         source = tags.source
         current = source.new_iter if source is not None else it
-        draining = list(source.draining) if source is not None else []
+        buffered = source.buffered if source is not None else collections.deque()
         remaining = list(current._sampler_iter) if current is not None else []
         if current is not None:
-            draining.append(OWNER if current is it else current)
+            buffered.extend(take_in_flight(current, self._orig_next))
         if persistent := getattr(loader, "_iterator", None):
             if persistent is it or persistent is current:
                 loader._iterator = None  # the next epoch must start workers with the new settings
         if "batch_size" in params and loader._auto_collation:
             remaining = regroup(remaining, loader.batch_size)
         new_loader = loader_over(loader, remaining) if remaining else None
+        started = perf_counter()
         new_iter = self._orig_iter(new_loader) if new_loader is not None else None
-        tags.source = Rebuilt(draining, new_iter, new_loader, self._orig_next, state.counter)
+        settle, startup = len(buffered), None
+        if new_iter is not None and new_loader.num_workers > 0:
+            try:
+                buffered.append(self._orig_next(new_iter))  # what an epoch start waits for
+            except StopIteration:
+                pass
+            startup = perf_counter() - started
+            state.add_startup((self.probe.clock.step, startup, new_loader.num_workers, 1))
+            settle = len(buffered) + new_loader.num_workers * (new_loader.prefetch_factor or 2)
+        tags.source = Rebuilt(buffered, new_iter, new_loader, self._orig_next, state.counter)
         self.rebuilt = True
+        return settle, startup
 
 
 def set_loader_settings(loader: DataLoader, params: dict) -> None:

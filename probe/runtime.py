@@ -82,7 +82,8 @@ class Probe:
         self.compile_watch = CompileWatch(self)
         self.profile = ProfileCapture(self)
         self.flops = FlopCount(self)
-        self.between_steps = (self.profile, self.flops)  # what starts and stops at step boundaries
+        # what starts and stops at step boundaries (the hot-apply side: an interleaved trial's switches)
+        self.between_steps = (self.profile, self.flops, self.hot)
         # What arm/disarm visit; the collectives only once torch.distributed is initialized
         # (seen at the settings poll): no collective can run before.
         self.toggled = [part for part in self.parts if type(part).arm is not Part.arm and part is not self.dist_part]
@@ -256,7 +257,7 @@ class Probe:
             if self.events is not None:
                 for row in self.events.end_step(self.clock.step - 1):
                     self.message(dict(row, t="device", rank=self.rank))
-            changed = self._take_control()
+            changed = self._take_control(clock.step)
             changed = self._at_boundary(clock.step) or changed
             self._plan_next(clock.step - 1, now, changed, optimizer)
         except Exception as exc:
@@ -272,7 +273,7 @@ class Probe:
             clock = self.clock
             if optimizer is not None:
                 self.checks_part.grad_norm_if_due(optimizer)
-            resume_timing = self._take_control() or clock.step + 1 >= self.next_timed_step
+            resume_timing = self._take_control(clock.step + 1) or clock.step + 1 >= self.next_timed_step
             resume_timing = self._at_boundary(clock.step + 1) or resume_timing
             if resume_timing:
                 self.schedule.arming(clock.step, entered)
@@ -301,8 +302,8 @@ class Probe:
                 changed = task.at_boundary(next_step) or changed
         return changed
 
-    def _take_control(self) -> bool:
-        """Carry out the monitor's commands that are due; True if any was."""
+    def _take_control(self, next_step: int) -> bool:
+        """Carry out the monitor's commands that are due before ``next_step``; True if any was."""
         control = self.publisher.control
         ran = bool(control)
         while control:
@@ -310,9 +311,9 @@ class Probe:
             if command.get("t") == "profile":
                 self.profile.request(command)
             else:
-                self.hot.handle(command)
+                self.hot.handle(command, next_step)
         if self.hot.waiting:
-            ran = self.hot.due() or ran
+            ran = self.hot.due(next_step) or ran
         return ran
 
     def _step_fault(self, exc: BaseException) -> None:

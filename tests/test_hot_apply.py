@@ -10,8 +10,7 @@ import sys
 import pytest
 
 from conftest import EXAMPLES, SCRIPTS, clean_env, run_dirs
-from fastmon.experiments import NOISE, ExperimentRunner
-from fastmon.phases import STEP_FIELDS, StepRow
+from fastmon.phases import STEP_FIELDS
 
 
 def read_epochs(path) -> list[list[int]]:
@@ -70,16 +69,17 @@ def test_spawned_workers_restarting_each_epoch_are_made_persistent_first(run_fas
     # the workers started at each epoch (64 steps) until the change, once more, then not at
     # the next epoch (later, a num_workers trial may start new ones). The change comes after
     # an epoch's worth of steps to compare with: an epoch or two later on a loaded machine.
-    steps = [step for step, _ in loader["startups"]]
+    at_epochs = [(step, seconds) for step, seconds, workers, rebuilt in loader["startups"] if not rebuilt]
+    steps = [step for step, _ in at_epochs]
     restarts = next((i for i, step in enumerate(steps) if step != 64 * i), len(steps))
     assert 2 <= restarts <= 6 and all(step > 64 * restarts for step in steps[restarts:])
-    assert all(seconds > 0.5 for _, seconds in loader["startups"])
+    assert all(seconds > 0.5 for _, seconds in at_epochs)
 
 
 @pytest.mark.e2e
 def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
     indices = tmp_path / "indices.txt"
-    out = run_fastmon("run", "--headless", "--apply", "auto", EXAMPLES / "starved.py", "--epochs", "2",
+    out = run_fastmon("run", "--headless", "--apply", "auto", EXAMPLES / "starved.py", "--epochs", "4",
                       "--record-indices", indices)
     assert out.returncode == 0, out.stderr
     summary = report()
@@ -134,7 +134,8 @@ def test_auto_applies_safe_fixes_on_the_mistakes_example(run_fastmon, report):
     assert advice["autograd.detect_anomaly"]["measured"]["verdict"] == "faster"
     assert {a["id"] for a in summary["advice"] if a["kind"] == "suggestion"} == {"conv_bias_before_bn",
                                                                                  "optimizer.adamw"}
-    assert "remove torch.autograd.set_detect_anomaly(True)" in "\n".join(summary["permanent_changes"])
+    assert any(line.startswith("torch.autograd.set_detect_anomaly(False)  # ") and line.endswith("mistakes.py:42")
+               for line in summary["permanent_changes"])
 
 
 @pytest.mark.e2e
@@ -149,200 +150,6 @@ def test_dataparallel_is_named(run_fastmon, report, tmp_path):
     advice = {a["id"]: a for a in report()["advice"]}
     assert "dataparallel" in advice
     assert "--nproc-per-node" in advice["dataparallel"]["fix"]
-
-
-# --- the experiment runner on synthetic steps -------------------------------------------
-def step_rows(first: int, n: int, samples_per_s: float) -> list[StepRow]:
-    rows = []
-    for step in range(first, first + n):
-        row = dict.fromkeys(STEP_FIELDS, 0)
-        row.update(step=step, samples=32, wall=32 / samples_per_s)
-        rows.append(StepRow(**row))
-    return rows
-
-
-class Probe:
-    """Plays the probe's side: acks what the runner sends, at a given step."""
-
-    def __init__(self):
-        self.sent = []
-
-    def __call__(self, message):
-        self.sent.append(message)
-
-
-def drive(runner, probe, rates, start=30):
-    """Feed ``rates[i]`` samples/s after the i-th apply; returns the result."""
-    results = []
-    runner.done = results.append
-    rows = step_rows(0, start, 100.0)
-    seen = 0
-    for _ in range(100):
-        if results:
-            break
-        if len(probe.sent) > seen:
-            message = probe.sent[seen]
-            seen += 1
-            step = rows[-1].step + 1
-            if message["t"] == "revert":
-                runner.on_ack({"t": "reverted", "exp": message["exp"], "ok": True, "step": step})
-                continue
-            rate = rates[min(seen - 1, len(rates) - 1)]
-            if rate is None:
-                runner.on_ack({"t": "applied", "exp": message["exp"], "ok": False, "error": "CUDA out of memory"})
-                continue
-            runner.on_ack({"t": "applied", "exp": message["exp"], "ok": True, "step": step})
-            rows += step_rows(step, 400, rate)
-        runner.tick(rows)
-    assert results, "the experiment did not conclude"
-    return results[0]
-
-
-def advice(search=(), changes_maths=False):
-    return {"id": "x", "apply": {"action": "loader", "params": {"n": 1}, "search": search,
-                                 "changes_maths": changes_maths}}
-
-
-def test_an_experiment_that_helps_is_kept():
-    probe = Probe()
-    runner = ExperimentRunner(probe, None)
-    runner.start(advice(), step_rows(0, 30, 100.0))
-    result = drive(runner, probe, [150.0])
-    assert result["kept"] and result["speedup"] == pytest.approx(1.5)
-    assert [m["t"] for m in probe.sent] == ["apply"]
-    # the steps measured, for the chart: the baseline's 20 before the change, then the trial's
-    (base_first, base_last), (trial_first, trial_last) = result["windows"]
-    assert (base_first, base_last) == (10, 29) and 30 < trial_first <= trial_last
-
-
-def test_an_experiment_that_hurts_is_reverted():
-    probe = Probe()
-    runner = ExperimentRunner(probe, None)
-    runner.start(advice(), step_rows(0, 30, 100.0))
-    result = drive(runner, probe, [80.0])
-    assert not result["kept"] and result["state"] == "reverted"
-    assert [m["t"] for m in probe.sent] == ["apply", "revert"]
-
-
-def test_within_noise_safe_changes_stay_and_maths_changes_go():
-    for changes_maths, kept in ((False, True), (True, False)):
-        probe = Probe()
-        runner = ExperimentRunner(probe, None)
-        runner.start(advice(changes_maths=changes_maths), step_rows(0, 30, 100.0))
-        assert drive(runner, probe, [100.0 * (1 + NOISE / 2)])["kept"] is kept
-
-
-def test_a_search_settles_on_the_fewest_workers_within_noise_of_the_best():
-    # 4 workers measured 2.5% faster than 2: noise; 2 again and again is the repeatable answer.
-    probe = Probe()
-    runner = ExperimentRunner(probe, None)
-    runner.start(advice(search=({"n": 2}, {"n": 4}, {"n": 8})), step_rows(0, 30, 100.0))
-    result = drive(runner, probe, [200.0, 205.0])
-    assert result["kept"] and result["params"] == {"n": 2} and result["verdict"] == "faster"
-    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 2}]
-
-
-@pytest.mark.parametrize("changes_maths, kept", [(False, True), (True, False)])
-def test_no_measurable_change_keeps_only_a_harmless_change(changes_maths, kept):
-    probe = Probe()
-    runner = ExperimentRunner(probe, None)
-    runner.start(advice(changes_maths=changes_maths), step_rows(0, 30, 100.0))
-    result = drive(runner, probe, [97.0])
-    assert result["verdict"] == "no measurable change" and result["kept"] is kept
-    low, high = result["speedup_interval"]
-    assert low < 1 < high
-
-
-def test_the_verdicts_interval_widens_with_the_windows_spread():
-    def verdict(after_rows):
-        results = []
-        runner = ExperimentRunner(Probe(), results.append)
-        runner.start(advice(), step_rows(0, 40, 100.0))
-        runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 40})
-        runner.tick(step_rows(0, 40, 100.0) + after_rows)
-        return results[0]
-
-    # The same 110.8 samples/s on average: steady, or in blocks alternating 80 and 180.
-    steady = verdict(step_rows(40, 160, 110.77))
-    blocks = [step_rows(40 + 40 * i, 40, 80.0 if i % 2 == 0 else 180.0) for i in range(4)]
-    swinging = verdict([row for block in blocks for row in block])
-    assert steady["speedup"] == pytest.approx(swinging["speedup"], rel=0.01)
-    assert steady["verdict"] == "faster" and swinging["verdict"] == "no measurable change"
-
-
-def test_a_search_keeps_the_best_candidate():
-    probe = Probe()
-    runner = ExperimentRunner(probe, None)
-    candidates = ({"n": 2}, {"n": 4}, {"n": 8}, {"n": 16})
-    runner.start(advice(search=candidates), step_rows(0, 30, 100.0))
-    result = drive(runner, probe, [200.0, 390.0, 380.0])
-    assert result["kept"] and result["params"] == {"n": 4}
-    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 8}, {"n": 4}]
-
-
-def test_a_failed_candidate_falls_back_to_the_best_one():
-    probe = Probe()
-    runner = ExperimentRunner(probe, None)
-    runner.start(advice(search=({"n": 2}, {"n": 4})), step_rows(0, 30, 100.0))
-    result = drive(runner, probe, [200.0, None, 200.0])
-    assert result["kept"] and result["params"] == {"n": 2}
-    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 2}]
-    assert "out of memory" in result["error"]
-
-
-def test_a_trial_is_measured_without_the_workers_starting_at_an_epoch_start():
-    # num_workers 2 runs at 200 samples/s, 4 at 400, but an epoch begins during 4's
-    # trial and its first step waits 2 s for the workers: 4 is still found the faster.
-    probe, results = Probe(), []
-    runner = ExperimentRunner(probe, results.append)
-    startups = frozenset({130})
-    runner.start(advice(search=({"n": 2}, {"n": 4}, {"n": 8})), step_rows(0, 30, 100.0), startups=startups)
-    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30})
-    rows = step_rows(0, 30, 100.0) + step_rows(30, 60, 200.0)
-    runner.tick(rows, startups)
-    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 90})
-    rows += step_rows(90, 200, 400.0)
-    rows[130] = rows[130]._replace(wall=2.0)
-    runner.tick(rows, startups)
-    assert [m["params"] for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 8}]
-    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 290})
-    rows += step_rows(290, 100, 390.0)
-    runner.tick(rows, startups)
-    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 390})  # back to the best
-    runner.tick(rows + step_rows(390, 100, 400.0), startups)
-    (result,) = results
-    assert result["params"] == {"n": 4}
-    assert [t["samples_per_s"] for t in result["tried"]] == pytest.approx([200, 400, 390])
-
-
-def test_persistent_workers_are_measured_over_whole_epochs():
-    # 40-step epochs of 20 ms steps; each epoch's first step waits 2 s for its workers until
-    # they persist. Applied at step 100: the epoch at 120 starts them once more, 160's does not.
-    def epochs(first, n, stalls):
-        return [row._replace(wall=2.0) if row.step in stalls else row for row in step_rows(first, n, 1600.0)]
-
-    probe, results = Probe(), []
-    runner = ExperimentRunner(probe, results.append)
-    before = epochs(0, 100, {0, 40, 80})
-    exp = runner.start({"id": "dataloader.persistent_workers", "apply": {"action": "loader",
-                        "params": {"persistent_workers": True}}}, before, epoch=(40, 80))
-    runner.on_ack({"t": "applied", "exp": exp.exp, "ok": True, "step": 100})
-    rows = before + epochs(100, 60, {120})
-    runner.tick(rows)
-    assert not results  # the epoch that starts the persistent workers is not the measure
-    runner.tick(rows + epochs(160, 40, set()))
-    (result,) = results
-    assert result["kept"]
-    assert result["before_samples_per_s"] == pytest.approx(40 * 32 / (39 * 0.02 + 2.0), rel=1e-3)
-    assert result["after_samples_per_s"] == pytest.approx(1600, rel=1e-3)
-
-
-def test_a_change_that_fails_at_once_is_reported_not_kept():
-    probe = Probe()
-    runner = ExperimentRunner(probe, None)
-    runner.start(advice(), step_rows(0, 30, 100.0))
-    result = drive(runner, probe, [None])
-    assert not result["kept"] and result["state"] == "failed"
 
 
 @pytest.mark.e2e
@@ -391,7 +198,7 @@ def test_worker_start_ups_are_the_waits_for_them_of_each_loader(tmp_path):
         "    for (x,) in checks: pass\n"
         "probe.loader_part.report()\n"
         "facts = {a['key']: a['value'] for a in acks if a['t'] == 'fact'}\n"
-        "print([[round(s, 2) for _, s in facts[k]['startups']] for k in ('loader.L0', 'loader.L1')])\n")
+        "print([[round(s[1], 2) for s in facts[k]['startups']] for k in ('loader.L0', 'loader.L1')])\n")
     train, val = json.loads(out.strip().splitlines()[-1])
     assert len(train) == len(val) == 2
     assert all(0.25 < s < 3 for s in train) and all(s < 0.2 for s in val)
@@ -441,3 +248,108 @@ def test_a_batch_trial_stands_in_zeros_for_a_batch_the_loop_has_freed():
     bigger_tokens, bigger_kept, flag = grown(remembered, 8)
     assert bigger_tokens.shape == (32, 8) and bigger_tokens.dtype == torch.int64 and not bigger_tokens.any()
     assert torch.equal(bigger_kept, torch.cat([kept] * 8)) and flag == "mask"
+
+
+# --- the probe's side of a change, as the monitor's commands reach it -------------------
+LOOP = ("model = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "def train(steps, each=lambda step: None):\n"
+        "    for step in range(steps):\n"
+        "        opt.zero_grad(); model(torch.randn(8, 4)).sum().backward(); opt.step(); each(probe.clock.step)\n"
+        "answers = lambda: [(a['t'], a.get('ok'), a.get('step'), a.get('note') or a.get('error')) for a in acks\n"
+        "                   if a['t'] in ('applied', 'reverted')]\n")
+
+
+@pytest.mark.e2e
+def test_a_revert_past_its_step_and_a_revert_with_nothing_to_undo_are_answered_as_reverts(tmp_path):
+    out = run_with_probe(
+        tmp_path, LOOP +
+        "train(3)\n"
+        "probe.publisher.deliver([{'t': 'revert', 'exp': 7, 'at_step': 1}])\n"  # rank past it: refused, as a revert
+        "probe.publisher.deliver([{'t': 'revert', 'exp': 8}])\n"  # never applied here: nothing to undo
+        "train(2)\n"
+        "print(answers())\n")
+    (past, nothing) = eval(out.strip().splitlines()[-1])
+    assert past[0] == "reverted" and past[1] is False and "past step 1" in past[3]
+    assert nothing == ("reverted", True, 4, "nothing to undo here")
+
+
+@pytest.mark.e2e
+def test_autocast_keeps_a_forward_the_script_set_and_takes_out_only_its_own(tmp_path):
+    out = run_with_probe(
+        tmp_path, LOOP +
+        "original = model.forward\n"
+        "def logged(x):\n"
+        "    logged.calls += 1\n"
+        "    return original(x)\n"
+        "logged.calls = 0\n"
+        "model.forward = logged\n"  # the script's own instance-level forward (or a library's)
+        "train(30)\n"
+        "probe.publisher.deliver([{'t': 'apply', 'exp': 1, 'action': 'autocast', 'params': {'dtype': 'bfloat16'}}])\n"
+        "dtypes = []\n"
+        "train(3, lambda step: dtypes.append(str(model(torch.randn(2, 4)).dtype)))\n"
+        "wrapped = model.forward is not logged\n"
+        "probe.publisher.deliver([{'t': 'revert', 'exp': 1}])\n"
+        "train(3)\n"
+        "print(answers(), dtypes[-1], wrapped, model.forward is logged, logged.calls > 33)\n")
+    assert out.strip().splitlines()[-1].endswith("torch.bfloat16 True True True"), out
+    assert "('applied', True" in out and "('reverted', True" in out
+
+
+@pytest.mark.e2e
+def test_an_interleaved_trial_switches_at_the_steps_it_names_and_ends_as_told(tmp_path):
+    out = run_with_probe(
+        tmp_path, LOOP +
+        "seen = {}\n"
+        "train(10)\n"
+        "probe.publisher.deliver([{'t': 'interleave', 'exp': 3, 'action': 'anomaly_detection',"
+        " 'params': {'value': True}, 'order': 'ABBA', 'block': 5}])\n"
+        "def note(step):\n"
+        "    seen[step] = torch.is_anomaly_enabled()\n"  # what the step that ran had
+        "train(30, note)\n"
+        "probe.publisher.deliver([{'t': 'conclude', 'exp': 3, 'keep': True}])\n"
+        "train(3, note)\n"
+        "first = [a for a in acks if a['t'] == 'applied'][0]['interleave']['first']\n"
+        "print(first, ''.join('B' if seen[s - 1] else 'A' for s in range(first + 1, first + 21)),"
+        " torch.is_anomaly_enabled(), answers()[-1][:2])\n")
+    first, settings, after, last = out.strip().splitlines()[-1].split(" ", 3)
+    # note(step) runs after the step ending as step-1 in the clock: each block of 5 steps exact
+    assert settings == "AAAAA" "BBBBB" "BBBBB" "AAAAA" and after == "True" and last == "('applied', True)"
+
+
+@pytest.mark.e2e
+def test_a_trial_the_script_undoes_is_reported(tmp_path):
+    # the script turns anomaly detection on at every 10th step: the trial cannot compare it
+    out = run_with_probe(
+        tmp_path, LOOP +
+        "train(10)\n"
+        "probe.publisher.deliver([{'t': 'interleave', 'exp': 3, 'action': 'anomaly_detection',"
+        " 'params': {'value': False}, 'order': 'BABABABA', 'block': 4}])\n"
+        "torch.autograd.set_detect_anomaly(True)\n"
+        "train(40, lambda step: torch.autograd.set_detect_anomaly(True) if step % 10 == 0 else None)\n"
+        "print([(e['kind'], e.get('exp')) for e in acks if e['t'] == 'event' and e['kind'] == 'replaced'])\n")
+    assert out.strip().splitlines()[-1] == "[('replaced', 3)]"
+
+
+@pytest.mark.e2e
+def test_a_rebuild_waits_for_its_new_workers_and_says_so(tmp_path):
+    # workers that take 0.3 s to start: the rebuild's step waits for them as an epoch start does
+    out = run_with_probe(
+        tmp_path,
+        "import time\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "slow_start = lambda worker: time.sleep(0.3)\n"
+        "loader = DataLoader(TensorDataset(torch.arange(400.)), batch_size=4, worker_init_fn=slow_start)\n"
+        "model = torch.nn.Linear(1, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "seen = []\n"
+        "for step, (x,) in enumerate(loader):\n"
+        "    seen += x.tolist()\n"
+        "    opt.zero_grad(); model(x[:, None]).sum().backward(); opt.step()\n"
+        "    if step == 5: probe.publisher.deliver([{'t': 'apply', 'exp': 1, 'action': 'loader',"
+        " 'params': {'num_workers': 2}}])\n"
+        "probe.loader_part.report()\n"
+        "(ack,) = [a for a in acks if a['t'] == 'applied']\n"
+        "facts = {a['key']: a['value'] for a in acks if a['t'] == 'fact'}\n"
+        "print(sorted(seen) == [float(i) for i in range(400)], ack['step'], round(ack['startup_s'], 1), ack['settle'],"
+        " facts['loader.L0']['startups'][0][2:])\n")
+    # asked for after step 5, taken at step 6's end: step 7 took its batch from the new workers
+    assert out.strip().splitlines()[-1] == "True 7 0.3 5 [2, 1]"

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # dependency between packages is a decision, made here.
 MONITOR = {"fastmon", "fastmon.advisor", "fastmon.phases", "fastmon.records", "fastmon.report", "fastmon.session",
            "fastmon.summary", "fastmon.step_table", "fastmon.trace_export", "fastmon.verdicts", "fastmon.headless",
-           "fastmon.progress", "fastmon.live_state", "fastmon.printed_loss"}
+           "fastmon.progress", "fastmon.live_state", "fastmon.printed_loss", "fastmon.permanent"}
 ALLOWED = {
     # pure rules over windows and facts: testable without torch, a GPU or a screen
     "advisor": {"fastmon.advisor", "fastmon.phases"},

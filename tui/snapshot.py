@@ -11,13 +11,14 @@ from pathlib import Path
 from fastmon.advisor.bound import bound
 from fastmon.advisor.window import Window, recent
 from fastmon.live_state import LOSS_HISTORY, RSS_HISTORY, training_rss
+from fastmon.permanent import line_text, permanent_changes
 from fastmon.printed_loss import printed_losses
 from fastmon.phases import COLUMN, PHASES, StepRow
 from fastmon.progress import progress, script_args
 from fastmon.verdicts import params_text
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, counted_samples, current_window, first_count, flops_figures,
-                             gpus_over_run, permanent_changes, rates, since_last_change, slowed_steps, steady_left_out,
+                             gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
                              rows_span, steady_span, straggler, util_in_span, window_summary)
 
 CHART_BUCKETS = 150
@@ -149,10 +150,11 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     return snap
 
 
-def outcome(table: StepTable, applied: list[dict], left_out, facts: dict) -> dict:
+def outcome(table: StepTable, applied: list[dict], left_out, facts: dict, advice) -> dict:
     """What the changes made of the run, as the report says it: the steady run before the
     first and since the last kept, and the code that keeps what was measured faster."""
-    return {"before_after": before_and_after(table, applied, left_out), "permanent": permanent_changes(applied, facts)}
+    return {"before_after": before_and_after(table, applied, left_out),
+            "permanent": [line_text(c) for c in permanent_changes(applied, facts, [dict(a) for a in advice])]}
 
 
 def busy_during(gpu_timed: list, rows, first_step: int | None = None) -> float | None:
@@ -181,7 +183,7 @@ class LiveSource:
         if self._current is None or self._current[0] != steps:
             table, applied, left_out = StepTable.from_rows(view.rank(0).rows), list(view.applied), view.rank(0).left_out
             self._current = (steps, current_window(table, applied, left_out),
-                             outcome(table, applied, left_out, dict(view.facts)))
+                             outcome(table, applied, left_out, dict(view.facts), view.advice))
         return self._current[1], self._current[2]
 
     def snapshot(self) -> Snapshot:
@@ -279,7 +281,7 @@ class ReplaySource:
 
     @functools.cached_property
     def _outcome(self) -> dict:
-        return outcome(self.table, self.applied, self.left_out, self.facts)
+        return outcome(self.table, self.applied, self.left_out, self.facts, self.advice)
 
     @functools.cached_property
     def _steady_span(self) -> tuple[float, float] | None:

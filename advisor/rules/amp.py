@@ -10,7 +10,7 @@ as an experiment, on your accept: it changes numerics.
 """
 
 from fastmon.advisor.bound import kernel_share
-from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
+from fastmon.advisor.types import HOT_APPLY, Advice, Apply, Permanent, amdahl
 
 ID = "amp"
 MIN_COMPUTE_SHARE = 0.3
@@ -37,6 +37,7 @@ def check(window, facts):
     )
 
 
-def permanent(params: dict, facts) -> str:
-    """The line that keeps this change after fastmon (the report's "make it permanent")."""
-    return f'with torch.autocast("cuda", dtype=torch.{params.get("dtype", "bfloat16")}):'
+def permanent(params: dict, facts) -> Permanent:
+    """The code that keeps this change after fastmon (the report's "make it permanent")."""
+    return Permanent(f'with torch.autocast("cuda", dtype=torch.{params.get("dtype", "bfloat16")}):',
+                     note="around the forward and the loss, not the backward")

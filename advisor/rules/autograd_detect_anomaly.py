@@ -8,7 +8,7 @@ How to fix: remove ``set_detect_anomaly(True)`` / ``detect_anomaly()`` once the 
 found. fastmon switches it off live (it does not change the results).
 """
 
-from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
+from fastmon.advisor.types import HOT_APPLY, REPLACE_CALL, Advice, Apply, Permanent, amdahl
 
 ID = "autograd.detect_anomaly"
 EXPECTED_SPEEDUP = 2.0
@@ -29,6 +29,9 @@ def check(window, facts):
     )
 
 
-def permanent(params: dict, facts) -> str:
-    """The line that keeps this change after fastmon (the report's "make it permanent")."""
-    return "remove torch.autograd.set_detect_anomaly(True) / detect_anomaly()"
+def permanent(params: dict, facts) -> Permanent:
+    """The code that keeps this change after fastmon (the report's "make it permanent"):
+    ``set_detect_anomaly(False)`` also works as a context manager, in place of
+    ``detect_anomaly()`` in a ``with``."""
+    return Permanent("torch.autograd.set_detect_anomaly(False)", REPLACE_CALL,
+                     calls=("set_detect_anomaly", "detect_anomaly"))

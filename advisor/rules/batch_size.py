@@ -11,8 +11,8 @@ first, so an out-of-memory never reaches the training loop) only on the user's a
 ``a`` in the dashboard, or ``--allow-batch-change`` with ``--apply auto``.
 """
 
-from fastmon.advisor.knobs import batch_setting
-from fastmon.advisor.types import HOT_APPLY, Advice, Apply
+from fastmon.advisor.knobs import PLAIN, batch_setting, framework
+from fastmon.advisor.types import HOT_APPLY, KEYWORDS, Advice, Apply, Permanent
 
 ID = "batch_size"
 MAX_GPU_UTIL = 50.0
@@ -51,8 +51,12 @@ def check(window, facts):
     )
 
 
-def permanent(params: dict, facts) -> str:
-    """The line that keeps this change after fastmon (the report's "make it permanent")."""
+def permanent(params: dict, facts) -> Permanent:
+    """The code that keeps this change after fastmon (the report's "make it permanent")."""
     batch = (facts.training_loader() or {}).get("batch_size")
-    return (f"{batch_setting(facts, batch, params.get('factor', 2))} and learning rates "
-            f"x{params.get('lr_scale', 1):g} (schedulers' too)")
+    factor = params.get("factor", 2)
+    note = f"and learning rates x{params.get('lr_scale', 1):g} (schedulers' too)"
+    if batch and framework(facts) == PLAIN:
+        return Permanent(batch_setting(facts, batch, factor), KEYWORDS, {"batch_size": int(batch * factor)},
+                         ("DataLoader",), note)
+    return Permanent(batch_setting(facts, batch, factor), note=note)

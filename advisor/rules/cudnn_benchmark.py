@@ -9,7 +9,7 @@ step). fastmon applies it live and reverts it if throughput drops.
 """
 
 from fastmon.advisor.bound import kernel_share
-from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
+from fastmon.advisor.types import AFTER_IMPORT, HOT_APPLY, Advice, Apply, Permanent, amdahl
 
 ID = "cudnn.benchmark"
 MIN_COMPUTE_SHARE = 0.3
@@ -32,6 +32,6 @@ def check(window, facts):
     )
 
 
-def permanent(params: dict, facts) -> str:
-    """The line that keeps this change after fastmon (the report's "make it permanent")."""
-    return "torch.backends.cudnn.benchmark = True"
+def permanent(params: dict, facts) -> Permanent:
+    """The code that keeps this change after fastmon (the report's "make it permanent")."""
+    return Permanent("torch.backends.cudnn.benchmark = True", AFTER_IMPORT)

@@ -24,7 +24,7 @@ def startups(window, loader: dict) -> list[tuple[int, float]]:
     the wait in ``iter()`` and for the first batch, less what any batch waits (that part
     persistent workers keep)."""
     return [(step, seconds - window.phase_median.get("data_wait", 0.0))
-            for step, seconds in loader.get("startups") or ()]
+            for step, seconds, *_ in loader.get("startups") or ()]
 
 
 def restart_stall(window, facts) -> tuple[float, float] | None:

@@ -9,7 +9,7 @@ fastmon switches the running optimizer to the foreach path live (the same update
 kernels); fused needs the optimizer rebuilt, so it stays a code change.
 """
 
-from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
+from fastmon.advisor.types import HOT_APPLY, KEYWORDS, Advice, Apply, Permanent, amdahl
 
 ID = "optimizer.fused"
 FUSABLE = ("Adam", "AdamW", "SGD")
@@ -38,6 +38,8 @@ def check(window, facts):
     return None
 
 
-def permanent(params: dict, facts) -> str:
-    """The line that keeps this change after fastmon (the report's "make it permanent")."""
-    return "torch.optim.<Optimizer>(params, ..., fused=True)  # or drop foreach=False"
+def permanent(params: dict, facts) -> Permanent:
+    """The code that keeps this change after fastmon (the report's "make it permanent"):
+    the multi-tensor update fastmon measured, on the optimizer's construction."""
+    name = next((o["class"] for o in facts.optimizers if o.get("class") in FUSABLE), "AdamW")
+    return Permanent(f"torch.optim.{name}(..., foreach=True)", KEYWORDS, {"foreach": True}, (name,))

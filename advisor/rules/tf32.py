@@ -9,7 +9,7 @@ How to fix: ``torch.set_float32_matmul_precision("high")`` at start-up (and
 """
 
 from fastmon.advisor.bound import kernel_share
-from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
+from fastmon.advisor.types import AFTER_IMPORT, HOT_APPLY, Advice, Apply, Permanent, amdahl
 
 ID = "tf32"
 MIN_COMPUTE_SHARE = 0.3
@@ -34,6 +34,6 @@ def check(window, facts):
     )
 
 
-def permanent(params: dict, facts) -> str:
-    """The line that keeps this change after fastmon (the report's "make it permanent")."""
-    return 'torch.set_float32_matmul_precision("high")'
+def permanent(params: dict, facts) -> Permanent:
+    """The code that keeps this change after fastmon (the report's "make it permanent")."""
+    return Permanent('torch.set_float32_matmul_precision("high")', AFTER_IMPORT)

@@ -8,7 +8,7 @@ How to fix: ``optimizer.zero_grad()`` (``set_to_none=True`` is the default since
 PyTorch 2.0). Applied live: the result of training is the same.
 """
 
-from fastmon.advisor.types import HOT_APPLY, Advice, Apply
+from fastmon.advisor.types import HOT_APPLY, KEYWORDS, Advice, Apply, Permanent
 
 ID = "zero_grad.set_to_none"
 
@@ -26,6 +26,6 @@ def check(window, facts):
     )
 
 
-def permanent(params: dict, facts) -> str:
-    """The line that keeps this change after fastmon (the report's "make it permanent")."""
-    return "optimizer.zero_grad()  # set_to_none=True"
+def permanent(params: dict, facts) -> Permanent:
+    """The code that keeps this change after fastmon (the report's "make it permanent")."""
+    return Permanent("zero_grad(set_to_none=True)", KEYWORDS, {"set_to_none": True}, ("zero_grad",))

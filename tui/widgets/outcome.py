@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from fastmon.verdicts import KEPT, OPEN, change_text, params_text, rates_text
+from fastmon.verdicts import FASTER, KEPT, OPEN, change_text, params_text, rates_text, result_text
 from fastmon.advisor.types import PROBLEM
 
 QUIET_STEPS = 50  # a run this far without advice says so
@@ -32,16 +32,23 @@ def experiment_line(exp: dict) -> Text:
 
 
 def fixed_lines(snap) -> list[Text]:
-    """The kept changes' measured gain, the code that keeps them, then the run before and
-    after (what a short screen cuts first)."""
-    kept = [a for a in snap.applied if a.get("kept") and a.get("speedup")]
-    if not kept:
+    """The changes measured faster, with their gain, and the code that keeps them; the
+    others tried, as what they were; then the run before and after (what a short screen
+    cuts first). A tick only beside a change measured faster."""
+    # older records have no verdict: kept meant faster then
+    faster = [a for a in snap.applied if a.get("kept") and a.get("verdict", FASTER) == FASTER]
+    others = [a for a in snap.applied if a not in faster]
+    if not faster and not others:
         return []
     lines = []
-    for result in kept:
+    for result in faster:
         line = Text("✔ fixed ", style="bold green")
         line.append(f"{params_text(result.get('params') or {})}: ", style="bold")
         line.append(f"{change_text(result)} ({rates_text(result)})")
+        lines.append(line)
+    for result in others:
+        line = Text("· tried ", style="dim")
+        line.append(f"{params_text(result.get('params') or {})}: {result_text(result)}", style="dim")
         lines.append(line)
     for code in (snap.outcome or {}).get("permanent") or []:
         line = Text("  keep it: ", style="bold")

@@ -1,0 +1,413 @@
+"""The experiment runner on synthetic steps: what a trial claims is what its steps
+recorded, a worker count pays for its start-ups, a cheap switch is interleaved and its
+verdict survives drift, and the answers of the training are taken as they come."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fastmon.experiments import (ACK_TIMEOUT_S, ACK_TIMEOUT_STEPS, EXTENSIONS, MIN_MEASURE_SECONDS, PAIRS,
+                                 SETTLE_STEPS, ExperimentRunner, LoaderFigures)
+from fastmon.phases import STEP_FIELDS, StepRow
+from fastmon.trial_measure import Schedule, measure
+from fastmon.verdicts import NOISE
+
+
+def step_rows(first: int, n: int, samples_per_s: float, samples: int = 32) -> list[StepRow]:
+    rows = []
+    for step in range(first, first + n):
+        row = dict.fromkeys(STEP_FIELDS, 0)
+        row.update(step=step, samples=samples, wall=samples / samples_per_s)
+        rows.append(StepRow(**row))
+    return rows
+
+
+class Probe:
+    """Plays the probe's side: keeps what the runner sends."""
+
+    def __init__(self):
+        self.sent = []
+
+    def __call__(self, message):
+        self.sent.append(message)
+
+
+def drive(runner, probe, rates, start=30):
+    """Feed ``rates[i]`` samples/s after the i-th apply; returns the result."""
+    results = []
+    runner.done = results.append
+    rows = step_rows(0, start, 100.0)
+    seen = 0
+    for _ in range(100):
+        if results:
+            break
+        if len(probe.sent) > seen:
+            message = probe.sent[seen]
+            seen += 1
+            step = rows[-1].step + 1
+            if message["t"] == "revert":
+                runner.on_ack({"t": "reverted", "exp": message["exp"], "ok": True, "step": step})
+                continue
+            rate = rates[min(seen - 1, len(rates) - 1)]
+            if rate is None:
+                runner.on_ack({"t": "applied", "exp": message["exp"], "ok": False, "error": "CUDA out of memory"})
+                continue
+            runner.on_ack({"t": "applied", "exp": message["exp"], "ok": True, "step": step})
+            rows += step_rows(step, 400, rate)
+        runner.tick(rows)
+    assert results, "the experiment did not conclude"
+    return results[0]
+
+
+def advice(search=(), changes_maths=False, action="loader"):
+    return {"id": "x", "apply": {"action": action, "params": {"n": 1}, "search": search,
+                                 "changes_maths": changes_maths}}
+
+
+def record_rate(rows, window: dict) -> float:
+    """What the record says of a window: its samples over its wall time, plus the
+    start-up it states, over the steps its blocks name."""
+    steps = {s for first, last in window["blocks"] for s in range(first, last + 1)}
+    counted = [r for r in rows if r.step in steps]
+    return sum(r.samples for r in counted) / (sum(r.wall for r in counted) + window["startup_s"])
+
+
+def test_an_experiment_that_helps_is_kept():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [150.0])
+    assert result["kept"] and result["speedup"] == pytest.approx(1.5)
+    assert [m["t"] for m in probe.sent] == ["apply"]
+    # the steps measured, for the chart: the baseline's before the change, then the trial's
+    (base_first, base_last), (trial_first, trial_last) = result["windows"]
+    assert (base_first, base_last) == (10, 29) and 30 < trial_first <= trial_last
+    assert result["holds_from"] == 33  # after the steps that warm the change up
+
+
+def test_an_experiment_that_hurts_is_reverted():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [80.0])
+    assert not result["kept"] and result["state"] == "reverted"
+    assert [m["t"] for m in probe.sent] == ["apply", "revert"]
+
+
+@pytest.mark.parametrize("changes_maths, kept", [(False, True), (True, False)])
+def test_no_measurable_change_keeps_only_a_harmless_change(changes_maths, kept):
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(changes_maths=changes_maths), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [97.0])
+    assert result["verdict"] == "no measurable change" and result["kept"] is kept
+    low, high = result["speedup_interval"]
+    assert low < 1 < high
+
+
+def test_a_search_settles_on_the_fewest_workers_within_noise_of_the_best():
+    # 4 workers measured 2.5% faster than 2: noise; 2 again and again is the repeatable answer.
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(search=({"n": 2}, {"n": 4}, {"n": 8})), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [200.0, 205.0, 200.0])
+    assert result["kept"] and result["params"] == {"n": 2} and result["verdict"] == "faster"
+    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 2}]
+    # measured again once back: the claim pools both windows of 2, and holds from the return
+    assert result["after_samples_per_s"] == pytest.approx(200.0, rel=1e-3)
+    assert result["holds_from"] == 833
+
+
+def test_a_search_keeps_the_best_candidate():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    candidates = ({"n": 2}, {"n": 4}, {"n": 8}, {"n": 16})
+    runner.start(advice(search=candidates), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [200.0, 390.0, 380.0, 390.0])
+    assert result["kept"] and result["params"] == {"n": 4}
+    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 8}, {"n": 4}]
+
+
+def test_a_failed_candidate_leaves_the_one_running_kept_without_a_new_apply():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(search=({"n": 2}, {"n": 4})), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [200.0, None])
+    assert result["kept"] and result["params"] == {"n": 2}
+    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}]  # 2 never stopped running
+    assert "out of memory" in result["error"]
+
+
+def test_a_change_that_fails_at_once_is_reported_not_kept():
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [None])
+    assert not result["kept"] and result["state"] == "failed"
+
+
+def test_the_verdicts_interval_widens_with_the_windows_spread():
+    def verdict(after_rows):
+        results = []
+        runner = ExperimentRunner(Probe(), results.append)
+        runner.start(advice(), step_rows(0, 40, 100.0))
+        runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 40})
+        for _ in range(EXTENSIONS + 1):
+            runner.tick(step_rows(0, 40, 100.0) + after_rows)
+        return results[0]
+
+    # The same 110.8 samples/s on average: steady, or in blocks alternating 80 and 180.
+    steady = verdict(step_rows(40, 160, 110.77))
+    blocks = [step_rows(40 + 40 * i, 40, 80.0 if i % 2 == 0 else 180.0) for i in range(4)]
+    swinging = verdict([row for block in blocks for row in block])
+    assert steady["speedup"] == pytest.approx(swinging["speedup"], rel=0.01)
+    assert steady["verdict"] == "faster" and swinging["verdict"] == "no measurable change"
+
+
+def test_a_trial_that_cannot_decide_is_measured_longer_then_called_no_change():
+    # after the change, steps swing between 70 and 160 samples/s every 4 steps, about as
+    # fast as before on average: each window's interval straddles 1; the trial grows
+    # window by window, then concludes
+    results = []
+    runner = ExperimentRunner(Probe(), results.append)
+    runner.start(advice(), step_rows(0, 40, 100.0))
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 40})
+    rows = step_rows(0, 40, 100.0)
+    first = 40
+    while not results and first < 40_000:
+        rate = 70.0 if (first // 4) % 2 == 0 else 160.0
+        rows += step_rows(first, 4, rate)
+        first += 4
+        runner.tick(rows)
+    (result,) = results
+    assert result["verdict"] == "no measurable change" and result["extensions"] == EXTENSIONS
+    window = result["after"]
+    assert window["wall_s"] >= MIN_MEASURE_SECONDS * (1 + EXTENSIONS)
+    assert result["after_samples_per_s"] == pytest.approx(record_rate(rows, window), rel=1e-4)
+
+
+def test_a_worker_trial_pays_for_its_start_ups_and_claims_what_its_steps_recorded():
+    # 200-step epochs. Without workers: 100 samples/s. With 16: 1,600 samples/s between
+    # epoch starts, but each epoch start waits 6 s for them: 200 steps take 4 s + 6 s, i.e.
+    # 640 samples/s over an epoch. An epoch begins inside the trial's window (step 300).
+    results = []
+    runner = ExperimentRunner(Probe(), results.append)
+    before = step_rows(0, 100, 100.0)
+    runner.start(advice(search=({"num_workers": 16},)), before, LoaderFigures(epoch_steps=200.0))
+    # the rebuild at step 100 started them: 6 s (the probe's answer says so), then settled
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 100, "settle": 32, "startup_s": 6.0})
+    rows = before + step_rows(100, 300, 1600.0)
+    rows[0] = rows[0]._replace(wall=0.32)
+    rows[100] = rows[100]._replace(wall=6.02)
+    rows[300] = rows[300]._replace(wall=6.02)
+    loader = LoaderFigures(frozenset({100, 300}), ((100, 6.0, 16, 1), (300, 6.0, 16, 0)), 200.0, 16)
+    runner.tick(rows, loader)
+    (result,) = results
+    after = result["after"]
+    assert 300 not in {s for a, b in after["blocks"] for s in range(a, b + 1)}  # luck left out ...
+    assert after["startup_s"] == pytest.approx(6.0 * after["steps"] / 200)  # ... its share put back
+    assert result["after_samples_per_s"] == pytest.approx(640, rel=0.01)
+    assert result["after_samples_per_s"] == pytest.approx(record_rate(rows, after), rel=1e-4)
+    assert result["before_samples_per_s"] == pytest.approx(record_rate(rows, result["before"]), rel=1e-4)
+
+
+def test_a_trial_waits_for_the_batches_in_flight_before_measuring():
+    # the first 32 batches after the rebuild came from the store of prefetched batches
+    results = []
+    runner = ExperimentRunner(Probe(), results.append)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30, "settle": 32})
+    rows = step_rows(0, 30, 100.0) + step_rows(30, 32, 10_000.0) + step_rows(62, 100, 110.0)
+    runner.tick(rows)
+    (result,) = results
+    assert result["after"]["blocks"][0][0] >= 62
+    assert result["after_samples_per_s"] == pytest.approx(110.0, rel=1e-3)
+
+
+def test_persistent_workers_are_measured_over_whole_epochs():
+    # 40-step epochs of 20 ms steps; each epoch's first step waits 2 s for its workers until
+    # they persist. Applied at step 100: the epoch at 120 starts them once more, 160's does not.
+    def epochs(first, n, stalls):
+        return [row._replace(wall=2.0) if row.step in stalls else row for row in step_rows(first, n, 1600.0)]
+
+    probe, results = Probe(), []
+    runner = ExperimentRunner(probe, results.append)
+    before = epochs(0, 100, {0, 40, 80})
+    loader = LoaderFigures(frozenset({0, 40, 80}), ((0, 2.0, 2, 0), (40, 2.0, 2, 0), (80, 2.0, 2, 0)), 40.0, 2)
+    runner.tick(before, loader)
+    exp = runner.start({"id": "dataloader.persistent_workers", "apply": {"action": "loader",
+                        "params": {"persistent_workers": True}}}, before, loader, epoch=40)
+    runner.on_ack({"t": "applied", "exp": exp.exp, "ok": True, "step": 100})
+    rows = before + epochs(100, 60, {120})
+    runner.tick(rows, loader)
+    assert not results  # the epoch that starts the persistent workers is not the measure
+    runner.tick(rows + epochs(160, 40, set()), loader)
+    (result,) = results
+    assert result["kept"] and result["method"] == "epochs"
+    assert result["before_samples_per_s"] == pytest.approx(40 * 32 / (39 * 0.02 + 2.0), rel=1e-3)
+    assert result["after_samples_per_s"] == pytest.approx(1600, rel=1e-3)
+    assert result["after"]["blocks"] == [[160, 199]]
+
+
+# --- interleaved trials -------------------------------------------------------------
+def run_interleaved(rate_of, changes_maths=False, steps=20_000, block=None):
+    """An interleaved trial where step ``s`` runs at ``rate_of(s, setting)`` samples/s;
+    the schedule the runner sends is followed exactly. Returns (result, rows, probe)."""
+    probe, results = Probe(), []
+    runner = ExperimentRunner(probe, results.append, seed=7)
+    rows = [r._replace(wall=32 / rate_of(r.step, "A")) for r in step_rows(0, 30, 100.0)]
+    runner.start(advice(action="anomaly_detection", changes_maths=changes_maths), rows)
+    (command,) = probe.sent
+    assert command["t"] == "interleave"
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30,
+                   "interleave": {"first": 30, "block": command["block"], "order": command["order"]}})
+    schedule = Schedule(30, command["block"], command["order"], SETTLE_STEPS)
+    step = 30
+    while not results and step < steps:
+        setting = schedule.order[(step - 30) // schedule.block] if step < 30 + len(schedule.order) * schedule.block \
+            else "A"
+        rows.append(step_rows(step, 1, rate_of(step, setting))[0])
+        step += 1
+        if step % 50 == 0:
+            runner.tick(rows)
+            if len(probe.sent) > 1 and probe.sent[-1]["t"] == "conclude":
+                keep = probe.sent[-1]["keep"]
+                probe.concluded_at = step + 1
+                runner.on_ack({"t": "applied" if keep else "reverted", "exp": 1, "ok": True, "step": step + 1})
+    assert results, "the trial did not conclude"
+    return results[0], rows, probe
+
+
+def test_an_interleaved_trial_sees_the_change_through_drift():
+    # the machine slows 3x over the trial (another job starting); the change makes steps
+    # 1.5x faster throughout. Before/after windows in sequence would see mostly the drift.
+    def rate_of(step, setting):
+        return (100.0 / (1 + 2 * min(step, 3000) / 3000)) * (1.5 if setting == "B" else 1.0)
+
+    result, rows, probe = run_interleaved(rate_of)
+    assert result["method"] == "interleaved" and result["verdict"] == "faster" and result["kept"]
+    assert 1.3 < result["speedup"] < 1.7
+    assert result["pairs"] >= PAIRS
+    assert result["after_samples_per_s"] == pytest.approx(record_rate(rows, result["after"]), rel=1e-4)
+    assert result["before_samples_per_s"] == pytest.approx(record_rate(rows, result["before"]), rel=1e-4)
+    assert result["speedup"] == pytest.approx(result["after_samples_per_s"] / result["before_samples_per_s"], rel=1e-3)
+    assert probe.sent[-1] == {"t": "conclude", "exp": 1, "keep": True}
+    # each pair holds the change once and the original once, the order drawn per pair
+    order = probe.sent[0]["order"]
+    assert all(order[i:i + 2] in ("AB", "BA") for i in range(0, len(order), 2)) and "AB" in order and "BA" in order
+    assert result["holds_from"] == probe.concluded_at + SETTLE_STEPS
+
+
+def test_an_interleaved_trial_of_no_change_under_noise_extends_then_concludes():
+    # a noisy machine (steps at 70-130 samples/s, in stretches), and a change that does nothing
+    def rate_of(step, setting):
+        return 100.0 + 30.0 * math.sin(step / 17.0)
+
+    result, _, probe = run_interleaved(rate_of, changes_maths=True)
+    assert result["verdict"] == "no measurable change" and not result["kept"]  # it changes the maths
+    assert probe.sent[-1] == {"t": "conclude", "exp": 1, "keep": False}
+
+
+def test_an_interleaved_trial_that_hurts_is_undone():
+    result, _, probe = run_interleaved(lambda step, setting: 60.0 if setting == "B" else 100.0)
+    assert result["verdict"] == "slower" and not result["kept"] and result["state"] == "reverted"
+
+
+# --- the training's answers, as they come ---------------------------------------------
+def started(runner, probe):
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30})
+    rows = step_rows(0, 30, 100.0) + step_rows(30, 200, 50.0)
+    runner.tick(rows)  # slower: the runner reverts
+    assert probe.sent[-1]["t"] == "revert"
+    return rows
+
+
+def test_a_revert_is_given_its_own_time_to_be_answered(monkeypatch):
+    # the apply was sent long before the revert: the revert's own sending starts its clock
+    import fastmon.experiments as experiments
+
+    now = [1000.0]
+    monkeypatch.setattr(experiments.time, "monotonic", lambda: now[0])
+    probe, results = Probe(), []
+    runner = ExperimentRunner(probe, results.append)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    now[0] += 500  # a long trial
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30})
+    rows = step_rows(0, 30, 100.0) + step_rows(30, 200, 50.0)
+    runner.tick(rows)
+    assert probe.sent[-1]["t"] == "revert"
+    runner.tick(rows + step_rows(230, ACK_TIMEOUT_STEPS + 5, 50.0))
+    assert not results  # not "did not answer" one tick after sending it
+    now[0] += ACK_TIMEOUT_S + 1
+    runner.tick(rows + step_rows(230, ACK_TIMEOUT_STEPS + 5, 50.0))
+    (result,) = results
+    assert result["state"] == "revert failed" and "did not answer" in result["error"]
+
+
+def test_no_experiment_starts_while_a_revert_is_unanswered(monkeypatch):
+    import fastmon.experiments as experiments
+
+    now = [1000.0]
+    monkeypatch.setattr(experiments.time, "monotonic", lambda: now[0])
+    probe, results = Probe(), []
+    runner = ExperimentRunner(probe, results.append)
+    rows = started(runner, probe)
+    now[0] += ACK_TIMEOUT_S + 1
+    rows += step_rows(230, ACK_TIMEOUT_STEPS + 5, 50.0)
+    runner.tick(rows)
+    assert results and runner.active is None
+    assert runner.busy and runner.start(advice(), rows) is None  # the next one waits ...
+    assert "undoing" in runner.why_busy()
+    runner.on_ack({"t": "reverted", "exp": 1, "ok": True, "step": 250})  # ... until the answer comes
+    assert not runner.busy
+
+
+def test_a_late_answer_of_another_rank_does_not_resume_a_reverting_experiment():
+    probe, results = Probe(), []
+    runner = ExperimentRunner(probe, results.append)
+    rows = started(runner, probe)
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 31})  # rank 1, late
+    runner.tick(rows + step_rows(230, 200, 200.0))
+    assert runner.active is not None and runner.active.state == "reverting" and not results
+    runner.on_ack({"t": "reverted", "exp": 1, "ok": True, "step": 240})
+    (result,) = results
+    assert result["state"] == "reverted" and not result["kept"]
+
+
+def test_a_loader_the_script_replaces_is_not_judged():
+    probe, results = Probe(), []
+    runner = ExperimentRunner(probe, results.append)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30})
+    runner.tick(step_rows(0, 40, 100.0))
+    runner.on_event({"t": "event", "kind": "replaced", "what": "DataLoader", "step": 37, "rank": 0})
+    assert probe.sent[-1] == {"t": "revert", "exp": 1}
+    runner.on_ack({"t": "reverted", "exp": 1, "ok": True, "step": 41, "note": "the DataLoader it changed is gone"})
+    (result,) = results
+    assert result["verdict"] == "not judged" and not result["kept"]
+    assert "built a new DataLoader at step 37" in result["error"]
+
+
+def test_a_windows_rate_is_its_samples_over_its_wall_and_stated_start_up():
+    rows = step_rows(0, 10, 100.0)
+    rows[4] = rows[4]._replace(wall=3.0)
+    window = measure(rows, frozenset({4}))
+    assert window.blocks == ((0, 3), (5, 9)) and window.steps == 9 and window.startup == 0
+    assert window.rate == pytest.approx(100.0)
+    assert NOISE > 0
+
+
+def test_a_new_training_loader_in_the_facts_ends_the_trial_before_its_steps_are_measured():
+    # the new loader's fact comes with its first steps, ahead of the probe's event
+    probe, results = Probe(), []
+    runner = ExperimentRunner(probe, results.append)
+    runner.start(advice(), step_rows(0, 30, 100.0), LoaderFigures(id="L0", began=0))
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 30})
+    runner.tick(step_rows(0, 40, 100.0) + step_rows(40, 200, 50.0), LoaderFigures(id="L1", began=40))
+    assert probe.sent[-1] == {"t": "revert", "exp": 1}
+    runner.on_ack({"t": "reverted", "exp": 1, "ok": True, "step": 241})
+    (result,) = results
+    assert result["verdict"] == "not judged" and "built a new DataLoader at step 40" in result["error"]

@@ -1,0 +1,191 @@
+"""A verdict holds when checked against the run's own record: every claimed rate is the
+recorded samples over the recorded time of the steps it names (plus the start-up it
+states), a kept change's claim is what the run then records, and every "make it
+permanent" line runs when written into the script it names."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, SCRIPTS, clean_env, fastmon_cmd, run_dirs
+from fastmon.advisor.facts import Facts
+from fastmon.advisor.rules import BY_ID
+from fastmon.permanent import as_dict, edited, line_text, permanent_changes
+from fastmon.phases import STEP_FIELDS
+
+WALL, SAMPLES = STEP_FIELDS.index("wall"), STEP_FIELDS.index("samples")
+
+
+def recorded(run) -> dict[int, tuple[float, int]]:
+    db = sqlite3.connect(run / "run.sqlite")
+    rows = db.execute("SELECT * FROM steps WHERE rank = 0 ORDER BY step").fetchall()
+    return {r[1]: (r[WALL], r[SAMPLES]) for r in rows}
+
+
+def record_rate(steps: dict, blocks, startup: float = 0.0) -> float:
+    counted = [steps[s] for first, last in blocks for s in range(first, last + 1) if s in steps]
+    assert len(counted) == sum(last - first + 1 for first, last in blocks), "a step the window names is not recorded"
+    return sum(n for _, n in counted) / (sum(w for w, _ in counted) + startup)
+
+
+def assert_claims_hold(run, summary) -> None:
+    """Each trial's rates as the record gives them (3%); each kept change's claim within
+    20% of what the run recorded from where it holds until the next change."""
+    steps = recorded(run)
+    applied = summary["applied"]
+    for i, a in enumerate(applied):
+        windows = [a["before"], a["after"], *(t["window"] for t in a["tried"])]
+        for window in filter(None, windows):
+            if window["steps"]:
+                assert window["samples_per_s"] == pytest.approx(
+                    record_rate(steps, window["blocks"], window["startup_s"]), rel=0.03), (a["id"], window)
+        if a["before"] and a["before"]["steps"]:
+            assert a["before_samples_per_s"] == pytest.approx(a["before"]["samples_per_s"], rel=1e-3)
+        if a["after"] and a["after"]["steps"]:
+            assert a["after_samples_per_s"] == pytest.approx(a["after"]["samples_per_s"], rel=1e-3)
+        if a["kept"] and a["verdict"] == "faster":
+            until = applied[i + 1]["step"] if i + 1 < len(applied) else max(steps) + 1
+            then = record_rate(steps, [(a["holds_from"], until - 1)])
+            assert a["after_samples_per_s"] == pytest.approx(then, rel=0.20), (a["id"], a["holds_from"], until)
+
+
+def run_patched(tmp_path, script: str, *args) -> subprocess.CompletedProcess:
+    """`fastmon report --patch` of the latest run, applied with git apply; the script run
+    by python afterwards."""
+    diff = subprocess.run(fastmon_cmd("report", "--patch"), cwd=tmp_path, capture_output=True, text=True,
+                          env=clean_env(), timeout=60)
+    assert diff.returncode == 0 and diff.stdout.startswith(f"--- a/{script}"), diff.stderr
+    applied = subprocess.run(["git", "apply", "-"], input=diff.stdout, cwd=tmp_path, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
+    return subprocess.run([sys.executable, script, *args], cwd=tmp_path, capture_output=True, text=True,
+                          env=clean_env(), timeout=120)
+
+
+@pytest.mark.e2e
+def test_the_demos_trials_claim_what_the_record_holds_and_its_patch_runs(run_fastmon, report, tmp_path):
+    shutil.copy(EXAMPLES / "starved.py", tmp_path)
+    out = run_fastmon("run", "--headless", "--apply", "auto", "starved.py", "--epochs", "8")
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    (run,) = run_dirs(tmp_path)
+    assert_claims_hold(run, summary)
+    workers = next(a for a in summary["applied"] if a["id"] == "dataloader.num_workers")
+    assert workers["kept"] and workers["verdict"] == "faster"
+    assert workers["after"]["startup_s"] > 0  # a worker count pays for its start-ups
+    # the line that keeps it runs, written into the script
+    keep = summary["permanent"][0]
+    assert keep["location"] == "starved.py:57" and "num_workers=" in keep["code"]
+    done = run_patched(tmp_path, "starved.py", "--epochs", "1", "--samples", "320")
+    assert done.returncode == 0, done.stderr
+    assert f"num_workers={workers['params']['num_workers']}" in (tmp_path / "starved.py").read_text()
+
+
+@pytest.mark.e2e
+def test_the_mistakes_trials_claim_what_the_record_holds_and_its_patch_runs(run_fastmon, report, tmp_path):
+    shutil.copy(EXAMPLES / "mistakes.py", tmp_path)
+    out = run_fastmon("run", "--headless", "--apply", "auto", "mistakes.py", "--epochs", "5")
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    (run,) = run_dirs(tmp_path)
+    assert_claims_hold(run, summary)
+    anomaly = next(a for a in summary["applied"] if a["id"] == "autograd.detect_anomaly")
+    assert anomaly["method"] == "interleaved" and anomaly["verdict"] == "faster" and anomaly["kept"]
+    assert "torch.autograd.set_detect_anomaly(False)  # mistakes.py:42" in summary["permanent_changes"]
+    done = run_patched(tmp_path, "mistakes.py", "--epochs", "1", "--samples", "512")
+    assert done.returncode == 0, done.stderr
+    assert "torch.autograd.set_detect_anomaly(False)" in (tmp_path / "mistakes.py").read_text()
+
+
+@pytest.mark.e2e
+def test_a_loader_built_each_epoch_gets_not_judged_not_harmless(run_fastmon, report, tmp_path):
+    out = run_fastmon("run", "--headless", "--apply", "auto", SCRIPTS / "loader_each_epoch.py", "--epochs", "4")
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    (workers,) = [a for a in summary["applied"] if a["id"] == "dataloader.num_workers"]
+    assert workers["verdict"] == "not judged" and not workers["kept"]
+    assert "the script built a new DataLoader at step 40" in workers["error"]
+    advice = next(a for a in summary["advice"] if a["id"] == "dataloader.num_workers")
+    assert advice["status"] == "open"  # still the advice: the change could not take
+    assert "harmless" not in out.stderr and summary["permanent"] == []
+    text = subprocess.run(fastmon_cmd("report"), cwd=tmp_path, capture_output=True, text=True, env=clean_env(),
+                          timeout=60).stdout
+    assert "not judged: the script built a new DataLoader at step 40" in text and "✔" not in text
+
+
+# --- every permanent line runs, written into the script it names -------------------------
+SCRIPT = """import argparse
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--workers", type=int, default=0)
+args = parser.parse_args()
+torch.autograd.set_detect_anomaly(True)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8,
+                    shuffle=True,
+                    num_workers=args.workers)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, foreach=False)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad(set_to_none=False)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+print("done", loader.num_workers, loader.persistent_workers, loader.batch_size, optimizer.defaults["foreach"],
+      torch.is_anomaly_enabled(), torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+"""
+WHERE = {"dataloader": 10, "autograd.detect_anomaly": 8, "zero_grad.set_to_none": 17, "optimizer.fused": 14,
+         "batch_size": 10}
+
+
+def facts() -> dict:
+    return {"loader.L0": {"id": "L0", "epochs": 2, "len": 8, "batch_size": 8, "num_workers": 2,
+                          "location": "script.py:10"},
+            "optimizer.O0": {"class": "AdamW", "location": "script.py:14"}}
+
+
+@pytest.mark.e2e
+def test_every_permanent_line_runs_when_written_into_the_script(tmp_path):
+    # a worker count kept as harmless and persistent workers measured faster: the line holds both
+    applied = [
+        {"id": "dataloader.num_workers", "kept": True, "verdict": "no measurable change", "params": {"num_workers": 2}},
+        {"id": "dataloader.persistent_workers", "kept": True, "verdict": "faster", "params": {"persistent_workers": True}},
+        {"id": "dataloader.num_workers", "kept": False, "verdict": "slower", "params": {"num_workers": 8}},
+    ]
+    for rule, params in (("autograd.detect_anomaly", {"value": False}), ("zero_grad.set_to_none", {"value": True}),
+                         ("optimizer.fused", {"value": True}), ("cudnn.benchmark", {"value": True}),
+                         ("tf32", {"value": "high"}), ("batch_size", {"factor": 2, "lr_scale": 2})):
+        applied.append({"id": rule, "kept": True, "verdict": "faster", "params": params})
+    advice = [{"id": rule, "location": f"script.py:{line}"} for rule, line in WHERE.items()]
+    changes = permanent_changes(applied, facts(), advice)
+    assert len(changes) == 7  # the loader's one call, and each rule's line
+    loader = changes[0]
+    assert line_text(loader) == ("DataLoader(..., persistent_workers=True, num_workers=2)  # script.py:10 "
+                                 "(num_workers=2: not itself measured faster; persistent_workers needs it)")
+    assert not any("num_workers=8" in c["code"] for c in changes)  # reverted: never a line
+    source = SCRIPT
+    for change in sorted(changes, key=lambda c: (c["edit"] != "after_import", int(c["location"].split(":")[1])
+                                                 if c.get("location") else 0), reverse=True):
+        line = int(change["location"].split(":")[1]) if change.get("location") else 1
+        if change["edit"]:
+            source = edited(source, line, change)
+    (tmp_path / "script.py").write_text(source)
+    done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=clean_env())
+    assert done.returncode == 0, done.stderr + source
+    assert done.stdout.split() == ["done", "2", "True", "16", "True", "False", "True", "high"], source
+
+
+def test_a_line_for_each_rule_that_applies_live():
+    # every rule with a live change says how to keep it: code, and where it goes
+    for rule_id, rule in BY_ID.items():
+        if hasattr(rule, "permanent"):
+            kept = rule.permanent({}, Facts(values=facts()))
+            line = as_dict(kept, WHERE.get(rule_id))["code"]
+            assert "torch" in line or "zero_grad" in line or "DataLoader" in line, rule_id
