@@ -307,7 +307,7 @@ def cmd_demo(argv: list[str]) -> int:
                         help="auto (default): fastmon fixes the run itself; ask: you press a; never: advice only")
     # enough epochs for both fixes to be measured: more workers, then (over whole epochs)
     # persistent workers; a fast epoch takes ~1-1.5 s here
-    parser.add_argument("--epochs", type=int, default=8, help="the demo's epochs (default 8)")
+    parser.add_argument("--epochs", type=int, default=10, help="the demo's epochs (default 10)")
     parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the demo ends")
     args = parser.parse_args(argv)
     from fastmon.examples import starved

@@ -42,20 +42,28 @@ BLOCK_SECONDS = 0.4  # a block's length: longer than the ~100 ms stretches a sha
 MIN_BLOCK_STEPS = 8
 MAX_BLOCK_STEPS = 2000
 SETTLE_STEPS = 2  # not counted after each switch
-PAIRS = 6  # a window of an interleaved trial
+PAIRS = 4  # a window of an interleaved trial
 LOADER_ACTIONS = frozenset({"loader", "batch_size"})
+EPOCHS_MEASURED = 2  # a change measured over whole epochs: this many after it
 
 (APPLYING, MEASURING, FINALIZING, REVERTING, KEPT, REVERTED, REVERT_FAILED, FAILED, INCOMPLETE,
  NOT_JUDGED_STATE) = ExperimentState
 
 
+def aftermath(startup) -> range:
+    """The steps a worker start-up slows: the one that waited for the first batch, then
+    those of the batches made meanwhile (the old workers' in flight, the new ones' first
+    store), whose workers run cold (fresh processes: page faults, first calls)."""
+    settle = startup[4] if len(startup) > 4 else 0
+    return range(startup[0], startup[0] + 1 + settle)
+
+
 @dataclass(frozen=True)
 class LoaderFigures:
-    """What the training loader's record tells a trial (``fastmon.session``): the steps
-    that waited for workers to start, each start-up as (step, seconds, workers, rebuilt),
-    an epoch's steps, the loader's settings."""
+    """What the training loader's record tells a trial (``fastmon.session``): each worker
+    start-up as (step, seconds, workers, rebuilt, settle), an epoch's steps, the loader's
+    settings."""
 
-    startup_steps: frozenset = frozenset()
     startups: tuple = ()
     epoch_steps: float = 0.0
     num_workers: int = 0
@@ -63,14 +71,34 @@ class LoaderFigures:
     id: str | None = None  # the probe's name for it: L0, L1, ...
     began: int | None = None  # the step its latest epoch began
 
-    def cost(self, num_workers: int, measured: dict | None = None) -> StartupCost | None:
-        """What each epoch start costs with ``num_workers`` workers: the median of their
-        measured start-ups (``measured``: more, by workers, from the trials' answers)."""
+    @property
+    def startup_steps(self) -> frozenset:
+        """The steps worker start-ups slowed: left out of a window (whether a start falls
+        in one is luck), their cost put back in proportion (``cost``)."""
+        return frozenset(step for startup in self.startups for step in aftermath(startup))
+
+    def cost(self, num_workers: int, walls: dict, steady: float, more=()) -> StartupCost | None:
+        """What each epoch start costs with ``num_workers`` workers: of each of their
+        start-ups (``more``: those the trials' answers told of), the time its steps took
+        beyond ``steady`` seconds a step, where the rows are at hand (``walls``: step ->
+        wall); else its wait for the first batch. The median of them."""
         if self.persistent or not num_workers or not self.epoch_steps:
             return None
-        seconds = [s[1] for s in self.startups if len(s) > 2 and s[2] == num_workers]
-        seconds += (measured or {}).get(num_workers, [])
-        return StartupCost(statistics.median(seconds), self.epoch_steps) if seconds else None
+        costs = []
+        known = {startup[0]: startup for startup in (*more, *self.startups)}  # the record's, where both tell one
+        for startup in known.values():
+            if len(startup) > 2 and startup[2] == num_workers:
+                steps = aftermath(startup)
+                taken = [walls[s] for s in steps if s in walls]
+                costs.append(max(startup[1], sum(taken) - steady * len(taken)) if len(taken) == len(steps)
+                             else startup[1])
+        return StartupCost(statistics.median(costs), self.epoch_steps) if costs else None
+
+    def restarts(self, num_workers: int) -> list[float]:
+        """The seconds each epoch start waited for ``num_workers`` workers to start again
+        (rebuilds' start-ups where no epoch start is known)."""
+        at_epochs = [s[1] for s in self.startups if (len(s) < 3 or s[2] == num_workers) and (len(s) < 4 or not s[3])]
+        return at_epochs or [s[1] for s in self.startups if len(s) > 2 and s[2] == num_workers]
 
     def epoch_began(self) -> int | None:
         """The step at which the current epoch began: the last start-up at an epoch start."""
@@ -89,6 +117,7 @@ class Experiment:
     method: str  # interleaved, sequential, epochs
     original_workers: int = 0
     epoch: int | None = None  # steps in an epoch, for a change measured over whole epochs
+    restarts: list = field(default_factory=list)  # seconds each epoch start waited for its workers, before
     baseline: Measured = field(default_factory=Measured)
     trials: list = field(default_factory=list)  # [(params, Measured)], in the order measured
     state: ExperimentState = APPLYING
@@ -105,7 +134,7 @@ class Experiment:
     sent_at: float = field(default_factory=time.monotonic)
     sent_step: int = 0
     extensions: int = 0
-    startups: dict = field(default_factory=dict)  # workers -> [seconds], from the trials' answers
+    startups: list = field(default_factory=list)  # the trials' start-ups, from their answers (as LoaderFigures')
     schedule: Schedule | None = None
     after: Measured | None = None  # the settled trial's window (an interleaved trial's: its B blocks)
     change: tuple | None = None  # (ratio, low, high, the noise's own half-width)
@@ -113,6 +142,7 @@ class Experiment:
     pairs: int = 0
     began_at: float = field(default_factory=time.monotonic)
     not_judged: bool = False  # the script replaced what the change was made to
+    logs: list = field(default_factory=list)  # an interleaved trial's pairs: log(rate with / without)
     loader_id: str | None = None  # the training loader a DataLoader change was made to
 
     @property
@@ -210,16 +240,16 @@ class ExperimentRunner:
                          loader_id=loader.id if action in LOADER_ACTIONS else None)
         steady = [r for r in rows if r.step >= self.settled_from]
         if method == "epochs":
-            baseline_rows = steady[-epoch:]
-            if len(baseline_rows) < epoch:
+            exp.restarts = loader.restarts(loader.num_workers)
+            if not exp.restarts:
                 return None
-            exp.baseline = measure(baseline_rows)  # whole epochs: their start-ups are in them
         elif method == "sequential":
-            counted = [r for r in steady if r.step not in loader.startup_steps]
+            left_out = loader.startup_steps
+            counted = [r for r in steady if r.step not in left_out]
             baseline_rows = take_last(counted, BASELINE_STEPS, BASELINE_SECONDS)
             if len(baseline_rows) < BASELINE_STEPS:
                 return None
-            exp.baseline = measure(baseline_rows, loader.startup_steps, loader.cost(loader.num_workers))
+            exp.baseline = measured_with_startups(baseline_rows, rows, loader, loader.num_workers)
         elif len(steady) < BASELINE_STEPS:
             return None
         self._next_exp += 1
@@ -270,7 +300,7 @@ class ExperimentRunner:
         window = self._window(exp, rows, self.loader) if exp.measure_from is not None else None
         return {**base, "baseline": exp.baseline.rate, "now": window.rate if window and window.steps else None,
                 "steps": window.steps if window else 0, "unit": "steps",
-                "needed": exp.epoch if exp.method == "epochs" else MEASURE_STEPS,
+                "needed": exp.epoch * EPOCHS_MEASURED if exp.method == "epochs" else MEASURE_STEPS,
                 "windows": exp.windows() + ([list(b) for b in window.blocks] if window else [])}
 
     # --- the training's answers -------------------------------------------------------
@@ -322,16 +352,17 @@ class ExperimentRunner:
             return
         exp.running = exp.live_params
         if message.get("startup_s") is not None:
-            exp.startups.setdefault(exp.workers(exp.live_params), []).append(float(message["startup_s"]))
+            exp.startups.append((step, float(message["startup_s"]), exp.workers(exp.live_params), 1,
+                                 int(message.get("settle") or 0)))
         exp.measure_from = step + int(message.get("settle") or 0) + WARMUP_STEPS
         if exp.method == "epochs":
             # The first epoch to begin after the change starts the workers; the next one
             # shows what keeping them saves. (An epoch beginning at the very step applied
             # may have started its workers before: one epoch more is waited then.)
-            began = self.loader.epoch_began()
+            began = self.loader.began if self.loader.began is not None else self.loader.epoch_began()
             began = step if began is None else began
             exp.measure_from = began + exp.epoch * ((step - began) // exp.epoch + 2)
-            exp.measure_until = exp.measure_from + exp.epoch - 1
+            exp.measure_until = exp.measure_from + exp.epoch * EPOCHS_MEASURED - 1
         exp.state = FINALIZING if exp.state == FINALIZING else MEASURING
 
     def on_event(self, event: dict) -> None:
@@ -379,9 +410,10 @@ class ExperimentRunner:
             return
         window = self._window(exp, rows, loader)
         if exp.method == "epochs":
-            if window.steps == 0 or (rows and rows[-1].step < exp.measure_until):
-                return
-        elif window.steps < MEASURE_STEPS or window.wall < MIN_MEASURE_SECONDS * (1 + exp.extensions):
+            if window.steps and rows and rows[-1].step >= exp.measure_until:
+                self._judge_epochs(exp, rows)
+            return
+        if window.steps < MEASURE_STEPS or window.wall < MIN_MEASURE_SECONDS * (1 + exp.extensions):
             return
         if exp.state == FINALIZING:  # the settled setting again: measured, pooled with its trial
             if exp.final_window is None:
@@ -408,7 +440,7 @@ class ExperimentRunner:
         chosen = [r for r in rows if exp.measure_from <= r.step <= last]
         if exp.method == "epochs" or loader is None:
             return measure(chosen)
-        return measure(chosen, loader.startup_steps, loader.cost(exp.workers(exp.live_params), exp.startups))
+        return measured_with_startups(chosen, rows, loader, exp.workers(exp.live_params), exp.startups)
 
     def _settle(self, exp: Experiment) -> None:
         params, after = exp.best()
@@ -417,11 +449,6 @@ class ExperimentRunner:
             return
         exp.after = after
         exp.change = speed_change(after, exp.baseline, floor=NOISE)
-        if exp.method == "epochs":
-            # over whole epochs the blocks differ by design (one holds the epoch's start):
-            # that spread is the thing measured, not noise
-            ratio = after.rate / exp.baseline.rate if exp.baseline.rate else 0.0
-            exp.change = (ratio, ratio * (1 - NOISE), ratio * (1 + NOISE), 0.0)
         verdict = judge(exp.change[:3])
         undecided = verdict == NO_CHANGE and exp.change[3] > NOISE
         live = params == exp.running
@@ -442,6 +469,35 @@ class ExperimentRunner:
         exp.holds_from = exp.measure_from
         self._conclude(exp)
 
+    def _judge_epochs(self, exp: Experiment, rows) -> None:
+        """Persistent workers, over whole epochs after the change: those epochs as they ran
+        (after), against the same epochs with each epoch start's wait swapped for what a
+        restart of the workers took before the change (before). Both sides hold the same
+        steps, so a machine that slows or speeds up moves them alike."""
+        chosen = [r for r in rows if exp.measure_from <= r.step <= exp.measure_until]
+        starts = frozenset(range(exp.measure_from, exp.measure_until + 1, exp.epoch))
+        restart = statistics.median(exp.restarts)
+        exp.after = measure(chosen)
+        exp.baseline = measure(chosen, starts, StartupCost(restart, exp.epoch))
+        waits = [r.wall for r in chosen if r.step in starts]
+        n = len(waits)
+        spread_before = statistics.stdev(exp.restarts) / len(exp.restarts) ** 0.5 if len(exp.restarts) > 1 else \
+            NOISE * restart
+        spread_after = statistics.stdev(waits) / n ** 0.5 if n > 1 else 0.0
+        ratio = exp.after.rate / exp.baseline.rate if exp.baseline.rate else 0.0
+        total = exp.after.wall
+        half = 2 * n * (spread_before ** 2 + spread_after ** 2) ** 0.5 / total if total else 0.0
+        exp.change = (ratio, ratio * (1 - max(NOISE, half)), ratio * (1 + max(NOISE, half)), half)
+        exp.trials.append((exp.running, exp.after))
+        verdict = judge(exp.change[:3])
+        keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
+        if not keep:
+            self._revert(exp, REVERTING)
+            return
+        exp.kept, exp.final_params, exp.state = True, exp.running, KEPT
+        exp.holds_from = exp.measure_from
+        self._conclude(exp)
+
     def _interleaved_so_far(self, exp: Experiment, rows) -> tuple | None:
         if exp.schedule is None:
             return None
@@ -452,7 +508,7 @@ class ExperimentRunner:
         if exp.state != MEASURING:
             return
         before, after, logs = self._interleaved_so_far(exp, rows)
-        exp.baseline, exp.after, exp.pairs = before, after, len(logs)
+        exp.baseline, exp.after, exp.pairs, exp.logs = before, after, len(logs), logs
         schedule = exp.schedule
         all_done = self.latest_step >= schedule.first + len(schedule.order) * schedule.block - 1
         if len(logs) < PAIRS * (1 + exp.extensions) and not all_done:
@@ -509,10 +565,18 @@ class ExperimentRunner:
         if exp is None:
             return
         applied = exp.measure_from is not None or bool(exp.trials) or exp.schedule is not None
+        decided = exp.method == "interleaved" and exp.change is not None and exp.state in (FINALIZING, REVERTING)
         exp.kept = applied and exp.state not in (REVERTING,) and exp.method != "interleaved"
         exp.state = INCOMPLETE
-        exp.error = exp.error or "the run ended before the measurement finished"
-        exp.change = None
+        if decided:  # judged, the verdict sent: the training ended before it answered
+            exp.error = "the run ended as the verdict was being applied"
+        elif exp.method == "interleaved" and exp.schedule is not None:  # the pairs so far, for what they say
+            pairs = len(exp.logs)
+            exp.change = paired_change(exp.baseline, exp.after, exp.logs, floor=NOISE) if pairs >= 2 else None
+            exp.error = f"the run ended after {pairs} pair{'s' if pairs != 1 else ''} of blocks"
+        else:
+            exp.error = exp.error or "the run ended before the measurement finished"
+            exp.change = None
         self.active = None
         self.done(exp.result())
 
@@ -521,6 +585,16 @@ class ExperimentRunner:
             self.settled_from = max(self.settled_from, exp.measure_from or 0)
         self.active = None
         self.done(exp.result())
+
+
+def measured_with_startups(chosen: list, rows, loader: LoaderFigures, workers: int, more=()) -> Measured:
+    """``chosen`` without the steps start-ups slowed, plus the start-up cost of ``workers``
+    workers per step (``rows``: the recent ones, where the start-ups' steps are read)."""
+    left_out = loader.startup_steps | frozenset(s for startup in more for s in aftermath(startup))
+    plain = measure(chosen, left_out)
+    steady = plain.wall / plain.steps if plain.steps else 0.0
+    walls = {r.step: r.wall for r in rows}
+    return measure(chosen, left_out, loader.cost(workers, walls, steady, more))
 
 
 def take_last(rows: list, steps: int, seconds: float) -> list:

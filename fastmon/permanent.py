@@ -28,7 +28,8 @@ def permanent_changes(applied: list[dict], facts: dict, advice: list[dict] = ())
     where = {a["id"]: a.get("location") for a in advice}
     out, loader_params, needed = [], {}, {}
     for a in applied:
-        if not a.get("kept"):
+        # kept, or measured faster as the run ended (its verdict sent, not yet taken)
+        if not a.get("kept") and not (a.get("state") == "incomplete" and a.get("verdict") == FASTER):
             continue
         params = a.get("params") or {}
         if a["id"].startswith("dataloader."):

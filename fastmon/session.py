@@ -547,7 +547,7 @@ def loader_figures(loader: dict, rows: list) -> LoaderFigures:
     startups = tuple(tuple(s) for s in loader.get("startups") or ())
     timed = [r.micro_batches for r in rows[-200:] if r.timed and r.micro_batches]
     per_step = max(1.0, sorted(timed)[len(timed) // 2]) if timed else 1.0
-    return LoaderFigures(frozenset(s[0] for s in startups), startups, (loader.get("len") or 0) / per_step,
+    return LoaderFigures(startups, (loader.get("len") or 0) / per_step,
                          loader.get("num_workers") or 0, bool(loader.get("persistent_workers")), loader.get("id"),
                          loader.get("epoch_began"))
 

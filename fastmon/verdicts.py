@@ -89,6 +89,8 @@ def advice_status(result: dict) -> str:
         return OPEN
     if result.get("verdict") == NOT_MEASURED:  # nothing refuted: still advice if it did not take effect
         return APPLIED if result.get("kept") else OPEN
+    if result.get("state") == ExperimentState.INCOMPLETE and result.get("verdict") == FASTER:
+        return OPEN  # measured faster, the run ended before it stayed: still the advice
     return KEPT if result.get("kept") else TRIED
 
 
@@ -130,11 +132,15 @@ def result_text(result: dict) -> str:
     if verdict == NOT_JUDGED:
         return f"not judged: {result.get('error')}"
     if verdict == NOT_MEASURED:
+        if result.get("method") == "interleaved" and result.get("error"):
+            return f"not measured: {result['error']}"
         return ("applied, not measured before the run ended" if result.get("kept")
                 else "not measured: the run ended before it took effect")
     change = change_text(result)
     if verdict == NO_CHANGE:
         return f"no measurable change ({change}) — " + ("kept: harmless" if result.get("kept") else "reverted")
+    if result.get("state") == ExperimentState.INCOMPLETE and verdict in (FASTER, SLOWER):
+        return f"{change}, measured; the run ended as it was being applied"
     return f"{change}, {'kept' if result.get('kept') else 'reverted'}"
 
 
@@ -150,7 +156,8 @@ def measured_text(result: dict) -> str:
     if not before.get("blocks") or not after.get("blocks"):
         return ""
     if result.get("method") == "interleaved":
-        text = (f"measured interleaved: {result.get('pairs')} pairs of blocks, "
+        pairs = result.get("pairs") or 0
+        text = (f"measured interleaved: {pairs} pair{'s' if pairs != 1 else ''} of blocks, "
                 f"{after['steps']} steps with it, {before['steps']} without")
     else:
         text = f"measured over steps {steps_text(before['blocks'])} (before) and {steps_text(after['blocks'])} (after)"

@@ -60,7 +60,8 @@ class LoaderState:
         self.description = facts.describe_loader(loader)  # replaced, never changed in place
         # (epochs begun, seconds the last iter() took, the last STARTUPS_KEPT worker start-ups
         # as (step that waited, seconds in iter() and in the first __next__, the workers
-        # started, 1 where a live rebuild started them, 0 at an epoch start))
+        # started, 1 where a live rebuild started them, 0 at an epoch start, the batches made
+        # meanwhile: in flight in the old workers and the new ones' first store))
         self.epoch: tuple[int, float | None, tuple] = (0, None, ())
         self.reported: tuple | None = None  # (description, epoch) as the last fact had them
         self.index = int(loader_id[1:])
@@ -302,7 +303,9 @@ class LoaderPart(Part):
         finally:
             try:
                 workers = getattr(it, "_num_workers", 0)
-                tags.state.add_startup((self.probe.clock.step, iter_seconds + perf_counter() - started, workers, 0))
+                store = workers * (getattr(it, "_prefetch_factor", None) or 2)  # its first batches, made meanwhile
+                tags.state.add_startup((self.probe.clock.step, iter_seconds + perf_counter() - started, workers, 0,
+                                        store))
                 self.first_batch_pending.discard(it)
                 if not self.probe.clock.timing:
                     self.disarm()
@@ -431,8 +434,8 @@ class LoaderPart(Part):
             except StopIteration:
                 pass
             startup = perf_counter() - started
-            state.add_startup((self.probe.clock.step, startup, new_loader.num_workers, 1))
             settle = len(buffered) + new_loader.num_workers * (new_loader.prefetch_factor or 2)
+            state.add_startup((self.probe.clock.step, startup, new_loader.num_workers, 1, settle))
         tags.source = Rebuilt(buffered, new_iter, new_loader, self._orig_next, state.counter)
         self.rebuilt = True
         return settle, startup

@@ -5,6 +5,7 @@ verdict survives drift, and the answers of the training are taken as they come."
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -197,12 +198,12 @@ def test_a_worker_trial_pays_for_its_start_ups_and_claims_what_its_steps_recorde
     before = step_rows(0, 100, 100.0)
     runner.start(advice(search=({"num_workers": 16},)), before, LoaderFigures(epoch_steps=200.0))
     # the rebuild at step 100 started them: 6 s (the probe's answer says so), then settled
-    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 100, "settle": 32, "startup_s": 6.0})
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 100, "settle": 0, "startup_s": 6.0})
     rows = before + step_rows(100, 300, 1600.0)
     rows[0] = rows[0]._replace(wall=0.32)
     rows[100] = rows[100]._replace(wall=6.02)
     rows[300] = rows[300]._replace(wall=6.02)
-    loader = LoaderFigures(frozenset({100, 300}), ((100, 6.0, 16, 1), (300, 6.0, 16, 0)), 200.0, 16)
+    loader = LoaderFigures(((100, 6.0, 16, 1, 0), (300, 6.0, 16, 0, 0)), 200.0, 16)
     runner.tick(rows, loader)
     (result,) = results
     after = result["after"]
@@ -235,7 +236,7 @@ def test_persistent_workers_are_measured_over_whole_epochs():
     probe, results = Probe(), []
     runner = ExperimentRunner(probe, results.append)
     before = epochs(0, 100, {0, 40, 80})
-    loader = LoaderFigures(frozenset({0, 40, 80}), ((0, 2.0, 2, 0), (40, 2.0, 2, 0), (80, 2.0, 2, 0)), 40.0, 2)
+    loader = LoaderFigures(((0, 2.0, 2, 0), (40, 2.0, 2, 0), (80, 2.0, 2, 0)), 40.0, 2)
     runner.tick(before, loader)
     exp = runner.start({"id": "dataloader.persistent_workers", "apply": {"action": "loader",
                         "params": {"persistent_workers": True}}}, before, loader, epoch=40)
@@ -244,11 +245,18 @@ def test_persistent_workers_are_measured_over_whole_epochs():
     runner.tick(rows, loader)
     assert not results  # the epoch that starts the persistent workers is not the measure
     runner.tick(rows + epochs(160, 40, set()), loader)
+    assert not results  # two whole epochs
+    runner.tick(rows + epochs(160, 80, set()), loader)
     (result,) = results
-    assert result["kept"] and result["method"] == "epochs"
-    assert result["before_samples_per_s"] == pytest.approx(40 * 32 / (39 * 0.02 + 2.0), rel=1e-3)
+    assert result["kept"] and result["method"] == "epochs" and result["verdict"] == "faster"
+    # after: the two whole epochs as they ran; before: the same epochs, each start waiting
+    # what a restart took before the change (2 s): the machine's drift is in both alike
+    assert result["after"]["blocks"] == [[160, 239]]
     assert result["after_samples_per_s"] == pytest.approx(1600, rel=1e-3)
-    assert result["after"]["blocks"] == [[160, 199]]
+    assert result["before"]["blocks"] == [[161, 199], [201, 239]]
+    assert result["before"]["startup_s"] == pytest.approx(2.0 * 78 / 40)
+    assert result["before_samples_per_s"] == pytest.approx(78 * 32 / (78 * 0.02 + 2.0 * 78 / 40), rel=1e-3)
+    assert result["holds_from"] == 160
 
 
 # --- interleaved trials -------------------------------------------------------------
@@ -411,3 +419,26 @@ def test_a_new_training_loader_in_the_facts_ends_the_trial_before_its_steps_are_
     runner.on_ack({"t": "reverted", "exp": 1, "ok": True, "step": 241})
     (result,) = results
     assert result["verdict"] == "not judged" and "built a new DataLoader at step 40" in result["error"]
+
+
+def test_a_start_up_costs_what_its_cold_steps_took_beyond_the_steady_ones():
+    # after the epoch start at 300 the 4 batches made meanwhile come from workers still cold:
+    # 0.2 s each instead of 0.02; what the epoch start costs is all of that
+    results = []
+    runner = ExperimentRunner(Probe(), results.append)
+    before = step_rows(0, 100, 100.0)
+    runner.start(advice(search=({"num_workers": 16},)), before, LoaderFigures(epoch_steps=200.0))
+    runner.on_ack({"t": "applied", "exp": 1, "ok": True, "step": 100, "settle": 0, "startup_s": 1.0})
+    rows = before + step_rows(100, 300, 1600.0)
+    rows[100] = rows[100]._replace(wall=1.0)
+    rows[300] = rows[300]._replace(wall=1.0)
+    for step in range(301, 305):
+        rows[step] = rows[step]._replace(wall=0.2)
+    loader = LoaderFigures(((100, 1.0, 16, 1, 0), (300, 1.0, 16, 0, 4)), 200.0, 16)
+    runner.tick(rows, loader)
+    (result,) = results
+    after = result["after"]
+    assert not {300, 301, 302, 303, 304} & {s for a, b in after["blocks"] for s in range(a, b + 1)}
+    # the two start-ups: 1.0 s at the rebuild, 1.0 + 4 x 0.2 - 5 x 0.02 = 1.7 s at the epoch start
+    assert after["startup_s"] == pytest.approx(statistics.median([1.0, 1.7]) * after["steps"] / 200, rel=1e-3)
+    assert result["after_samples_per_s"] == pytest.approx(record_rate(rows, after), rel=1e-4)

@@ -23,9 +23,12 @@ def experiment_line(exp: dict) -> Text:
         text.append(": waiting for the training to take it at a step's end")
     elif exp["state"] == "reverting":
         text.append(": slower or no better, undoing it")
+    elif exp.get("steps") or exp.get("method") != "epochs":
+        text.append(f": {min(exp['steps'], exp['needed'])} of {exp['needed']} {exp.get('unit', 'steps')}")
     else:
-        text.append(f": {min(exp['steps'], exp['needed'])} of {exp['needed']} steps")
-    text.append(f" · baseline {exp['baseline']:,.0f} samples/s")
+        text.append(": measured over the second and third epoch starts from here")
+    if exp.get("baseline"):
+        text.append(f" · baseline {exp['baseline']:,.0f} samples/s")
     if exp.get("now"):
         text.append(f" · now {exp['now']:,.0f} samples/s", style="bold")
     return text
