@@ -12,6 +12,8 @@ class Facts:
     events: list = field(default_factory=list)  # probe events: {"kind", "location", ...}
     gpu: list = field(default_factory=list)  # recent NVML samples: one list of per-device dicts each
     host_cpu_count: int = 1
+    # cores busy on average over the window: {"trainer", "workers", "others"} (None: not sampled)
+    host_cpu: dict | None = None
     ranks: int = 1
 
     def _prefixed(self, prefix: str) -> list[dict]:

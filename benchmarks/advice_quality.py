@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fastmon.verdicts import params_text
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "benchmarks" / "advice_corpus"
 CLIENTS = ROOT / "tests" / "clients"
@@ -57,12 +59,22 @@ GPU_ONLY = ("amp", "batch_size", "channels_last", "cudnn.benchmark", "dataloader
             "compile_recompiles (CPU-plantable, not yet in the corpus)")
 
 
-def advised(command: list, apply: str = "never") -> dict:
-    """`fastmon run --headless` of a command in a fresh folder; its report's JSON."""
+SPIN = "import time\nwhile True:\n    pass\n"  # another job on one core: the shared-cores case
+
+
+def advised(command: list, apply: str = "never", busy: bool = False) -> dict:
+    """`fastmon run --headless` of a command in a fresh folder (``busy``: with another
+    process spinning a core all along); its report's JSON."""
     with tempfile.TemporaryDirectory() as folder:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FASTMON_")}
-        run = subprocess.run([sys.executable, "-m", "fastmon", "run", "--headless", "--apply", apply,
-                              *map(str, command)], cwd=folder, capture_output=True, text=True, timeout=900, env=env)
+        spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if busy else None
+        try:
+            run = subprocess.run([sys.executable, "-m", "fastmon", "run", "--headless", "--apply", apply,
+                                  *map(str, command)], cwd=folder, capture_output=True, text=True, timeout=900, env=env)
+        finally:
+            if spinner is not None:
+                spinner.kill()
+                spinner.wait()
         if run.returncode != 0:
             raise SystemExit(f"{command} failed ({run.returncode}):\n{run.stderr[-2000:]}")
         report = subprocess.run([sys.executable, "-m", "fastmon", "report", "--json"], cwd=folder,
@@ -107,20 +119,42 @@ def main() -> None:
     # The estimate is for the first candidate a search tries: compared with that trial.
     print("\n| planted mistake | live change | predicted | measured (first candidate) | settled on [interval] |"
           "\n| --- | --- | ---: | ---: | --- |")
-    # (steps of ~1 ms: enough for the experiments' 0.75 s windows)
-    for mistake in ("starved", "spawned", "set_to_none", "anomaly"):
-        report = advised([PLANTED, "--mistake", mistake, "--steps", "4000"], apply="auto")
+    # (steps of ~1 ms: enough for the experiments' 1 s windows)
+    for mistake, busy in (("starved", False), ("starved", True), ("spawned", False), ("set_to_none", False),
+                          ("anomaly", False), ("anomaly", True)):
+        report = advised([PLANTED, "--mistake", mistake, "--steps", "4000"], apply="auto", busy=busy)
         predicted = {a["id"]: a.get("est_gain") for a in report["advice"]}
         for a in report["applied"]:
             first = a["tried"][0] if a["tried"] else None
-            measured = (f"{first['samples_per_s'] / a['before_samples_per_s']:.2f}x {first['params']}"
-                        if first and a["before_samples_per_s"] else "—")
+            if a.get("method") == "interleaved" and a.get("speedup"):
+                measured = f"{a['speedup']:.2f}x {a['params']}"
+            else:
+                measured = (f"{first['samples_per_s'] / a['before_samples_per_s']:.2f}x {first['params']}"
+                            if first and a["before_samples_per_s"] else "—")
             interval = a.get("speedup_interval")
-            settled = (f"{a['params']}: {a['speedup']:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}], "
+            settled = (f"{params_text(a['params'])}: {a['speedup']:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}], "
                        if a.get("speedup") else "")
             gain = predicted.get(a["id"])
-            print(f"| {mistake} | {a['id']} | {f'{gain:.2f}x' if gain else '—'} | {measured} | "
+            name = mistake + (", one core busy" if busy else "")
+            print(f"| {name} | {a['id']} | {f'{gain:.2f}x' if gain else '—'} | {measured} | "
                   f"{settled}{a.get('verdict')}, {'kept' if a['kept'] else 'reverted'} |")
+
+    # Loading that is CPU work (a decode in Python) on cores the training already fills:
+    # workers take cores from the training. What the advisor predicts for 2 workers, against
+    # the script timed without fastmon, 0 and 2 workers alternately, 3 pairs.
+    report = advised([PLANTED, "--mistake", "cpu_loading", "--steps", "2000"])
+    workers = next((a for a in report["advice"] if a["id"] == "dataloader.num_workers"), None)
+    rates = {0: [], 2: []}
+    for _ in range(3):
+        for n in (0, 2):
+            done = subprocess.run([sys.executable, PLANTED, "--mistake", "cpu_loading", "--steps", "1500",
+                                   "--workers", str(n)], capture_output=True, text=True, timeout=600)
+            rates[n].append(float(done.stdout.split("samples/s ")[1]))
+    ratio = sum(rates[2]) / sum(rates[0])
+    print(f"\ncpu_loading (CPU-bound loading on the 2 cores the training fills): "
+          f"{'advised at ' + format(workers['est_gain'], '.2f') + 'x' if workers else 'not advised (under 1.10x)'}; "
+          f"timed without fastmon, 2 workers vs none: {ratio:.2f}x "
+          f"({', '.join(f'{a:.0f}/{b:.0f}' for a, b in zip(rates[2], rates[0]))} samples/s)")
 
 
 if __name__ == "__main__":

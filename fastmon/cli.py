@@ -370,7 +370,7 @@ def cmd_report(argv: list[str]) -> int:
 
 def judge_runs(run_dirs, fail_if_slower: float | None, as_json: bool, out) -> int:
     """Compare run B (``run_dirs[1]``) with A, print it, and the guard's exit code."""
-    from fastmon.compare import compare, format_text, guard_failed
+    from fastmon.compare import compare, format_text, guard_failed, phase_regressions
 
     result = compare(*run_dirs)
     out.write((json.dumps(result, indent=1) if as_json else format_text(result)) + "\n")
@@ -380,7 +380,9 @@ def judge_runs(run_dirs, fail_if_slower: float | None, as_json: bool, out) -> in
         return EXIT_NOT_COMPARABLE
     if guard_failed(result, fail_if_slower):
         if not as_json:
-            out.write(f"fastmon: slower than the baseline by more than {fail_if_slower:g}% (exit {EXIT_SLOWER})\n")
+            grown = phase_regressions(result, fail_if_slower)
+            named = f": {', '.join(c['phase'] for c in grown)} grew by more than that" if grown else ""
+            out.write(f"fastmon: slower than the baseline by more than {fail_if_slower:g}%{named} (exit {EXIT_SLOWER})\n")
         return EXIT_SLOWER
     return 0
 

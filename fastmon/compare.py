@@ -19,9 +19,28 @@ WORKLOAD = ("script", "arguments", "batch", "world_size")
 ENVIRONMENT = ("torch", "python", "fastmon", "gpus", "gpu_driver", "cpus", "host")
 
 
+def phase_noise(table: StepTable, keep: list[int]) -> dict[str, dict]:
+    """Each phase's mean ms a step over the timed steps among ``keep`` (positions), and
+    the standard error of that mean from the spread of BLOCKS runs of them."""
+    rows = [table.timed[p] for p in keep if p in table.timed]
+    out = {}
+    for phase in PHASES:
+        values = [(getattr(r, phase) or 0.0) * 1e3 for r in rows]
+        if not values:
+            out[phase] = {"ms": 0.0, "error_ms": 0.0}
+            continue
+        size = max(1, len(values) // BLOCKS)
+        means = [sum(values[i:i + size]) / len(values[i:i + size]) for i in range(0, len(values) - size + 1, size)]
+        mean = sum(values) / len(values)
+        spread = (sum((m - mean) ** 2 for m in means) / (len(means) - 1)) ** 0.5 if len(means) > 1 else mean
+        out[phase] = {"ms": round(mean, 4), "error_ms": round(spread / len(means) ** 0.5, 4)}
+    return out
+
+
 def steady_speeds(record: RunRecord, since: int | None) -> dict[int, dict]:
     """Each rank's steady samples/s, its relative error and its usual batch, without the
-    start-up steps the report leaves out, and from step ``since`` on where it is given."""
+    start-up steps the report leaves out, and from step ``since`` on where it is given;
+    and each phase's ms a step with its error."""
     slowed = slowed_steps(record.events())
     out = {}
     for rank in record.ranks():
@@ -36,7 +55,7 @@ def steady_speeds(record: RunRecord, since: int | None) -> dict[int, dict]:
         wall = sum(walls)
         out[rank] = {"steps": len(walls), "batch": table.samples.usual,
                      "samples_per_s": sum(samples) / wall if wall > 0 else 0.0,
-                     "error": rate_error(walls, samples, BLOCKS)}
+                     "error": rate_error(walls, samples, BLOCKS), "phase_noise": phase_noise(table, keep)}
     return out
 
 
@@ -112,17 +131,44 @@ def judged(a: dict, b: dict) -> dict:
             "speedup_interval": [round(interval[1], 4), round(interval[2], 4)], "verdict": judge(interval)}
 
 
-def explained_by(a: dict, b: dict) -> dict | None:
-    """The phase whose time a step changed most, in the direction the step time moved."""
+def phase_changes(a: dict, b: dict) -> list[dict]:
+    """Each phase whose ms a step moved beyond its own noise (twice the two runs' errors
+    of its mean, and BETWEEN_RUNS_NOISE of A's figure: two processes differ that much with
+    nothing changed), with how far, in A's step time and in its own noise: most first."""
+    noise_a = (a["ranks"].get(min(a["ranks"])) or {}).get("phase_noise") if a["ranks"] else None
+    noise_b = (b["ranks"].get(min(b["ranks"])) or {}).get("phase_noise") if b["ranks"] else None
+    if not noise_a or not noise_b:
+        return []
+    out = []
+    for phase in PHASES:
+        ms_a, ms_b = noise_a[phase]["ms"], noise_b[phase]["ms"]
+        error = (noise_a[phase]["error_ms"] ** 2 + noise_b[phase]["error_ms"] ** 2) ** 0.5
+        moved = ms_b - ms_a
+        beyond = max(2 * error, BETWEEN_RUNS_NOISE * ms_a)
+        if abs(moved) > beyond and moved:
+            out.append({"phase": phase, "ms_per_step": round(moved, 4), "a_ms": ms_a, "b_ms": ms_b,
+                        "of_a_step": round(moved / a["step_ms_mean"], 4) if a["step_ms_mean"] else None,
+                        "noise_ms": round(beyond, 4), "times_noise": round(abs(moved) / beyond, 2)})
+    return sorted(out, key=lambda c: -c["times_noise"])
+
+
+def explained_by(a: dict, b: dict, moved_phases: list[dict]) -> dict | None:
+    """What explains the step's change: of the phases that moved beyond their noise in the
+    direction the step time moved, the one furthest beyond it; else the phase whose time
+    moved most that way."""
     change = b["step_ms_mean"] - a["step_ms_mean"]
     if not change:
         return None
-    phase = max(PHASES, key=lambda p: (b["phase_ms"][p] - a["phase_ms"][p]) * (1 if change > 0 else -1))
-    moved = b["phase_ms"][phase] - a["phase_ms"][phase]
-    if moved * change <= 0:
-        return None
+    beyond = [c for c in moved_phases if c["ms_per_step"] * change > 0]
+    if beyond:
+        phase, moved = beyond[0]["phase"], beyond[0]["ms_per_step"]
+    else:
+        phase = max(PHASES, key=lambda p: (b["phase_ms"][p] - a["phase_ms"][p]) * (1 if change > 0 else -1))
+        moved = b["phase_ms"][phase] - a["phase_ms"][phase]
+        if moved * change <= 0:
+            return None
     return {"phase": phase, "ms_per_step": round(moved, 4), "share_of_change": round(moved / change, 3),
-            "a_share": a["phases"][phase], "b_share": b["phases"][phase]}
+            "a_share": a["phases"][phase], "b_share": b["phases"][phase], "beyond_noise": bool(beyond)}
 
 
 def compare(run_a, run_b) -> dict:
@@ -132,9 +178,12 @@ def compare(run_a, run_b) -> dict:
     primary = judged(speeds_a[min(speeds_a)] if speeds_a else nothing, speeds_b[min(speeds_b)] if speeds_b else nothing)
     shared = sorted(set(speeds_a) & set(speeds_b)) if len(speeds_a) > 1 else []
     ranks = [{"rank": r, **judged(speeds_a[r], speeds_b[r])} for r in shared]
+    moved = phase_changes(a, b)
+    grew = [c for c in moved if c["ms_per_step"] > 0]
     return {"a": a, "b": b, **primary,
             "step_time_ratio": round(1 / primary["speedup"], 4) if primary["speedup"] else None,
-            "explained_by": explained_by(a, b) if primary["verdict"] != NO_CHANGE else None,
+            "explained_by": explained_by(a, b, moved) if primary["verdict"] != NO_CHANGE or grew else None,
+            "phases_moved": moved,
             "workload_differs": differences(a["workload"], b["workload"], WORKLOAD),
             "environment_differs": differences(a["environment"], b["environment"], ENVIRONMENT),
             "ranks": ranks}
@@ -146,10 +195,20 @@ def slowdown_pct(result: dict) -> float | None:
     return None if ratio is None else (ratio - 1) * 100
 
 
+def phase_regressions(result: dict, pct: float) -> list[dict]:
+    """The phases that grew beyond their noise by more than ``pct`` percent of A's step."""
+    return [c for c in result.get("phases_moved") or () if c["ms_per_step"] > 0
+            and c["of_a_step"] is not None and c["of_a_step"] * 100 > pct]
+
+
 def guard_failed(result: dict, pct: float) -> bool:
-    """Slower beyond noise (the interval lies below 1) and by more than ``pct`` percent."""
+    """Slower beyond noise (the interval lies below 1) and by more than ``pct`` percent,
+    or a phase that grew beyond its own noise by more than ``pct`` percent of A's step:
+    a regression the whole step's noise hides is still one."""
     slower = slowdown_pct(result)
-    return result["verdict"] == SLOWER and slower is not None and slower > pct
+    if result["verdict"] == SLOWER and slower is not None and slower > pct:
+        return True
+    return bool(phase_regressions(result, pct))
 
 
 def difference_text(d: dict) -> str:
@@ -173,8 +232,15 @@ def verdict_line(result: dict) -> str:
     why = result.get("explained_by")
     if why:
         line += (f" — {why['phase']} {why['ms_per_step']:+.2f} ms a step ({why['a_share']:.0%} → "
-                 f"{why['b_share']:.0%} of the step)")
+                 f"{why['b_share']:.0%} of the step" + (", beyond its noise)" if why.get("beyond_noise") else ")"))
     return line
+
+
+def phase_lines(result: dict) -> list[str]:
+    """The phases that moved beyond their own noise."""
+    return [f"  {c['phase']} {c['ms_per_step']:+.2f} ms a step ({c['a_ms']:.2f} → {c['b_ms']:.2f} ms; "
+            f"{abs(c['of_a_step'] or 0):.0%} of A's step, {c['times_noise']:.1f}x its noise of "
+            f"±{c['noise_ms']:.2f} ms)" for c in result.get("phases_moved") or ()]
 
 
 def format_text(result: dict) -> str:
@@ -207,6 +273,9 @@ def format_text(result: dict) -> str:
     if a["bound"] or b["bound"]:
         row("bound", a["bound"] or "-", b["bound"] or "-")
     lines += ["", f"  verdict: {verdict_line(result)}"]
+    moved = phase_lines(result)
+    if moved:
+        lines += ["  phases that moved beyond their noise:", *("  " + line for line in moved)]
     for r in result["ranks"]:
         lines.append(f"    rank {r['rank']}: {rates_text(r)} — {r['verdict']}: {change_text(r)}")
     for d in result["environment_differs"]:

@@ -45,8 +45,12 @@ SETTLE_STEPS = 2  # not counted after each switch
 PAIRS = 4  # a window of an interleaved trial
 LOADER_ACTIONS = frozenset({"loader", "batch_size"})
 EPOCHS_MEASURED = 2  # a change measured over whole epochs: this many after it
+# A DataLoader change measured in sequence goes back to the original for a window before its
+# verdict, unless its interval already lies beyond this factor either way: a shared machine
+# drifts 20-40% over minutes, which cannot flip a larger change.
+DRIFT_PROOF = 1.5
 
-(APPLYING, MEASURING, FINALIZING, REVERTING, KEPT, REVERTED, REVERT_FAILED, FAILED, INCOMPLETE,
+(APPLYING, MEASURING, FINALIZING, REVERTING, RETURNING, KEPT, REVERTED, REVERT_FAILED, FAILED, INCOMPLETE,
  NOT_JUDGED_STATE) = ExperimentState
 
 
@@ -143,6 +147,9 @@ class Experiment:
     began_at: float = field(default_factory=time.monotonic)
     not_judged: bool = False  # the script replaced what the change was made to
     logs: list = field(default_factory=list)  # an interleaved trial's pairs: log(rate with / without)
+    returned: Measured | None = None  # the original again, measured after the trials (a drift check)
+    return_for: dict | None = None  # the settled candidate, applied again after the return
+    drift: float = 0.0  # how far the original's rate moved between the baseline and the return
     loader_id: str | None = None  # the training loader a DataLoader change was made to
 
     @property
@@ -191,6 +198,7 @@ class Experiment:
                 "speedup": round(change[0], 3) if change else None,
                 "speedup_interval": [round(change[1], 3), round(change[2], 3)] if change else None,
                 "pairs": self.pairs or None, "extensions": self.extensions,
+                "returned": self.returned.to_dict() if self.returned else None, "drift": round(self.drift, 4),
                 "verdict": self.verdict(), "kept": bool(self.kept), "state": self.state, "error": self.error,
                 "holds_from": self.holds_from if self.kept else None,
                 "windows": self.windows(), "note": self.note}
@@ -313,7 +321,11 @@ class ExperimentRunner:
         if exp is None or exp_id != exp.exp:
             return
         if message.get("t") == "reverted":
-            if exp.state == REVERTING:
+            if exp.state == RETURNING and message.get("ok"):  # the original again: measured as a baseline
+                exp.running = None
+                exp.measure_from = settled_after(message)
+                return
+            if exp.state in (REVERTING, RETURNING):
                 if exp.not_judged:
                     exp.state = NOT_JUDGED_STATE
                 elif message.get("ok"):
@@ -400,7 +412,7 @@ class ExperimentRunner:
             # the loader facts come with the steps: a new training loader is seen before its steps are measured
             self._not_judged(exp, f"built a new DataLoader at step {loader.began}")
             return
-        if exp.state in (APPLYING, FINALIZING, REVERTING) and exp.measure_from is None:
+        if exp.state in (APPLYING, FINALIZING, REVERTING, RETURNING) and exp.measure_from is None:
             self._check_answer(exp)
             return
         if exp.method == "interleaved":
@@ -414,6 +426,11 @@ class ExperimentRunner:
                 self._judge_epochs(exp, rows)
             return
         if window.steps < MEASURE_STEPS or window.wall < MIN_MEASURE_SECONDS * (1 + exp.extensions):
+            return
+        if exp.state == RETURNING:
+            exp.returned = window
+            exp.state = FINALIZING
+            self._apply(exp, exp.return_for)
             return
         if exp.state == FINALIZING:  # the settled setting again: measured, pooled with its trial
             if exp.final_window is None:
@@ -448,7 +465,12 @@ class ExperimentRunner:
             self._revert(exp, FAILED)
             return
         exp.after = after
-        exp.change = speed_change(after, exp.baseline, floor=NOISE)
+        before = exp.baseline
+        if exp.returned is not None and exp.returned.steps and exp.baseline.rate:
+            # the original, before and after the trials: what it moved by is the machine's drift
+            exp.drift = abs(exp.returned.rate / exp.baseline.rate - 1)
+            before = pooled([exp.baseline, exp.returned])
+        exp.change = speed_change(after, before, floor=max(NOISE, exp.drift))
         verdict = judge(exp.change[:3])
         undecided = verdict == NO_CHANGE and exp.change[3] > NOISE
         live = params == exp.running
@@ -456,6 +478,13 @@ class ExperimentRunner:
                 and time.monotonic() - exp.began_at < MAX_TRIAL_SECONDS):
             exp.extensions += 1  # measure longer, from the same step
             return
+        if exp.method == "sequential" and exp.returned is None and exp.change[1] < DRIFT_PROOF \
+                and exp.change[2] * DRIFT_PROOF > 1:
+            exp.return_for, exp.state, exp.measure_from = params, RETURNING, None
+            self._send(exp, {"t": "revert", "exp": exp.exp})
+            return
+        if exp.returned is not None:
+            exp.baseline = before
         keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
         if not keep:
             self._revert(exp, REVERTING)

@@ -24,6 +24,18 @@ def training_rss(sample: dict) -> int | None:
     return sum(p.get("rss") or 0 for p in processes) if processes else None
 
 
+def cpu_use(sample: dict) -> tuple[float, float, float] | None:
+    """Cores busy in a host sample: the trainer's, its DataLoader workers', and the whole
+    machine's (fastmon's own and other jobs' included)."""
+    per_core = sample.get("cpu_per_core")
+    if not per_core:
+        return None
+    processes = sample.get("processes") or ()
+    trainer = sum(p.get("cpu") or 0 for p in processes if p.get("role") == "trainer") / 100
+    workers = sum(p.get("cpu") or 0 for p in processes if p.get("role") == "worker") / 100
+    return trainer, workers, sum(per_core) / 100
+
+
 def without(rows, step_ranges) -> list[StepRow]:
     left_out = {step for steps in step_ranges for step in steps}
     return [r for r in rows if r.step not in left_out] if left_out else list(rows)
@@ -80,6 +92,7 @@ class LiveState:
     events: list = field(default_factory=list)
     host: dict = field(default_factory=dict)
     rss: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RSS_HISTORY))
+    cpu: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RSS_HISTORY))  # (t, *cpu_use)
     losses: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOSS_HISTORY))
     gpu: collections.deque = field(default_factory=lambda: collections.deque(maxlen=600))
     advice: dict = field(default_factory=dict)  # id -> advice dict with "status"

@@ -25,7 +25,7 @@ from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
 from fastmon.experiments import ExperimentRunner, LoaderFigures
-from fastmon.live_state import LiveState, LiveView, RankState, training_rss
+from fastmon.live_state import LiveState, LiveView, RankState, cpu_use, training_rss
 from fastmon.printed_loss import printed_losses
 from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
@@ -321,6 +321,9 @@ class Session:
         rss = training_rss(sample)
         if rss is not None:
             self._state.rss.append(rss)
+        cpu = cpu_use(sample)
+        if cpu is not None:
+            self._state.cpu.append((now, *cpu))
         if gpus:
             self._state.gpu.append((now, "gpu", gpus))  # as the record keeps it
 
@@ -330,6 +333,7 @@ class Session:
         state = self._state
         return Facts(values=dict(state.facts, script=" ".join(self.options.target)), events=list(state.events),
                      gpu=samples_during(state.gpu, rows_span(rows)), host_cpu_count=os.cpu_count() or 1,
+                     host_cpu=cpu_during(state.cpu, rows_span(rows)),
                      ranks=max(len(state.ranks), 1))
 
     def _log_loop(self) -> None:
@@ -538,6 +542,20 @@ class Session:
 def exit_status(code: int) -> int:
     """A child killed by signal N exits the shell way: 128 + N."""
     return 128 - code if code < 0 else code
+
+
+def cpu_during(readings, span: tuple[float, float] | None) -> dict | None:
+    """Cores busy on average while ``span`` ran: the trainer's, its workers', other
+    processes' (the machine's less those two)."""
+    if span is None:
+        return None
+    during = [r for r in readings if span[0] <= r[0] <= span[1]]
+    if not during:
+        return None
+    n = len(during)
+    trainer, workers, machine = (sum(r[i] for r in during) / n for i in (1, 2, 3))
+    return {"trainer": round(trainer, 3), "workers": round(workers, 3),
+            "others": round(max(0.0, machine - trainer - workers), 3), "samples": n}
 
 
 def loader_figures(loader: dict, rows: list) -> LoaderFigures:

@@ -37,6 +37,7 @@ class ExperimentState(StrEnum):
     MEASURING = "measuring"
     FINALIZING = "finalizing"  # settled on a candidate tried earlier: sent again
     REVERTING = "reverting"
+    RETURNING = "returning"  # back to the original for a window: a check against the machine's drift
     KEPT = "kept"
     REVERTED = "reverted"
     REVERT_FAILED = "revert failed"

@@ -100,11 +100,13 @@ def test_a_slower_dataset_is_a_regression_explained_by_data_wait(tmp_path, run_f
     guarded = run_fastmon("run", "--headless", "--baseline", first, "--fail-if-slower", "10", script, "--epochs", "4")
     assert guarded.returncode == EXIT_SLOWER, guarded.stderr
     assert "samples/s — slower: " in guarded.stderr and "— data_wait +" in guarded.stderr
-    assert "slower than the baseline by more than 10% (exit 4)" in guarded.stderr
+    assert "slower than the baseline by more than 10%: data_wait grew by more than that (exit 4)" in guarded.stderr
+    assert "phases that moved beyond their noise:" in guarded.stderr
     third = run_dirs(tmp_path)[-1]
     result = json.loads(compare(first, third, "--json", cwd=tmp_path).stdout)
     assert result["verdict"] == "slower" and result["speedup_interval"][1] < 1
-    assert result["explained_by"]["phase"] == "data_wait"
+    assert result["explained_by"]["phase"] == "data_wait" and result["explained_by"]["beyond_noise"]
+    assert result["phases_moved"][0]["phase"] == "data_wait"  # the furthest beyond its own noise
     # The slow collate_fn of an in-memory dataset is what more workers fix: it is advised.
     assert "dataloader.num_workers" in result["b"]["advice"]
     assert compare(first, third, "--fail-if-slower", "10", cwd=tmp_path).returncode == EXIT_SLOWER
@@ -125,3 +127,27 @@ def test_two_runs_are_judged_with_the_noise_of_two_processes():
     from fastmon.verdicts import speed_interval
 
     assert speed_interval(1.11, (0.015, 0.02))[1] > 1  # the same ratio, live: faster
+
+
+def test_a_phase_that_grew_beyond_its_noise_fails_the_guard_when_the_whole_step_cannot_tell():
+    # CI's case (2026-12-06): a 50 ms collate, data_wait 3.5 -> 59.6 ms a step, while the
+    # steps' own spread left the whole run's verdict "no measurable change -13% [-34%, +7%]"
+    from fastmon.compare import guard_failed, phase_changes, phase_regressions
+
+    def side(data_wait, error, step):
+        noise = {p: {"ms": 5.0, "error_ms": 0.5} for p in ("h2d", "forward", "backward", "optimizer", "sync",
+                                                            "comm", "other")}
+        noise["data_wait"] = {"ms": data_wait, "error_ms": error}
+        return {"ranks": {0: {"phase_noise": noise}}, "step_ms_mean": step}
+
+    a, b = side(3.5, 0.4, 175.0), side(59.6, 3.0, 220.0)
+    moved = phase_changes(a, b)
+    assert [c["phase"] for c in moved] == ["data_wait"] and moved[0]["of_a_step"] == pytest.approx(56.1 / 175, rel=1e-3)
+    result = {"verdict": "no measurable change", "step_time_ratio": 1.15, "phases_moved": moved}
+    assert guard_failed(result, 10) and [c["phase"] for c in phase_regressions(result, 10)] == ["data_wait"]
+    assert not guard_failed(result, 40)  # 32% of A's step: within a 40% limit
+    # a phase that moved within its own noise is not a regression: forward 5 -> 5.6 ms (+12%)
+    drifting = side(3.5, 0.4, 175.0)
+    drifting["ranks"][0]["phase_noise"]["forward"] = {"ms": 5.6, "error_ms": 0.5}
+    assert phase_changes(a, drifting) == []
+

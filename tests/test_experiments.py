@@ -35,12 +35,13 @@ class Probe:
         self.sent.append(message)
 
 
-def drive(runner, probe, rates, start=30):
-    """Feed ``rates[i]`` samples/s after the i-th apply; returns the result."""
+def drive(runner, probe, rates, start=30, back=100.0):
+    """Feed ``rates[i]`` samples/s after the i-th apply, ``back`` after a revert; returns
+    the result."""
     results = []
     runner.done = results.append
     rows = step_rows(0, start, 100.0)
-    seen = 0
+    seen = applies = 0
     for _ in range(100):
         if results:
             break
@@ -50,8 +51,10 @@ def drive(runner, probe, rates, start=30):
             step = rows[-1].step + 1
             if message["t"] == "revert":
                 runner.on_ack({"t": "reverted", "exp": message["exp"], "ok": True, "step": step})
+                rows += step_rows(step, 400, back)
                 continue
-            rate = rates[min(seen - 1, len(rates) - 1)]
+            rate = rates[min(applies, len(rates) - 1)]
+            applies += 1
             if rate is None:
                 runner.on_ack({"t": "applied", "exp": message["exp"], "ok": False, "error": "CUDA out of memory"})
                 continue
@@ -67,6 +70,14 @@ def advice(search=(), changes_maths=False, action="loader"):
                                  "changes_maths": changes_maths}}
 
 
+@pytest.fixture
+def no_return(monkeypatch):
+    """No return to the original before the verdict: the tests of other parts."""
+    import fastmon.experiments as experiments
+
+    monkeypatch.setattr(experiments, "DRIFT_PROOF", 0.0)
+
+
 def record_rate(rows, window: dict) -> float:
     """What the record says of a window: its samples over its wall time, plus the
     start-up it states, over the steps its blocks name."""
@@ -79,9 +90,9 @@ def test_an_experiment_that_helps_is_kept():
     probe = Probe()
     runner = ExperimentRunner(probe, None)
     runner.start(advice(), step_rows(0, 30, 100.0))
-    result = drive(runner, probe, [150.0])
-    assert result["kept"] and result["speedup"] == pytest.approx(1.5)
-    assert [m["t"] for m in probe.sent] == ["apply"]
+    result = drive(runner, probe, [200.0])
+    assert result["kept"] and result["speedup"] == pytest.approx(2.0)
+    assert [m["t"] for m in probe.sent] == ["apply"]  # 2x: beyond what drift could make
     # the steps measured, for the chart: the baseline's before the change, then the trial's
     (base_first, base_last), (trial_first, trial_last) = result["windows"]
     assert (base_first, base_last) == (10, 29) and 30 < trial_first <= trial_last
@@ -94,7 +105,9 @@ def test_an_experiment_that_hurts_is_reverted():
     runner.start(advice(), step_rows(0, 30, 100.0))
     result = drive(runner, probe, [80.0])
     assert not result["kept"] and result["state"] == "reverted"
-    assert [m["t"] for m in probe.sent] == ["apply", "revert"]
+    # -20%: within what a shared machine drifts by: back to the original once, then again
+    assert [m["t"] for m in probe.sent] == ["apply", "revert", "apply", "revert"]
+    assert result["drift"] == 0 and result["returned"]["samples_per_s"] == pytest.approx(100)
 
 
 @pytest.mark.parametrize("changes_maths, kept", [(False, True), (True, False)])
@@ -149,7 +162,7 @@ def test_a_change_that_fails_at_once_is_reported_not_kept():
     assert not result["kept"] and result["state"] == "failed"
 
 
-def test_the_verdicts_interval_widens_with_the_windows_spread():
+def test_the_verdicts_interval_widens_with_the_windows_spread(no_return):
     def verdict(after_rows):
         results = []
         runner = ExperimentRunner(Probe(), results.append)
@@ -167,7 +180,7 @@ def test_the_verdicts_interval_widens_with_the_windows_spread():
     assert steady["verdict"] == "faster" and swinging["verdict"] == "no measurable change"
 
 
-def test_a_trial_that_cannot_decide_is_measured_longer_then_called_no_change():
+def test_a_trial_that_cannot_decide_is_measured_longer_then_called_no_change(no_return):
     # after the change, steps swing between 70 and 160 samples/s every 4 steps, about as
     # fast as before on average: each window's interval straddles 1; the trial grows
     # window by window, then concludes
@@ -214,7 +227,7 @@ def test_a_worker_trial_pays_for_its_start_ups_and_claims_what_its_steps_recorde
     assert result["before_samples_per_s"] == pytest.approx(record_rate(rows, result["before"]), rel=1e-4)
 
 
-def test_a_trial_waits_for_the_batches_in_flight_before_measuring():
+def test_a_trial_waits_for_the_batches_in_flight_before_measuring(no_return):
     # the first 32 batches after the rebuild came from the store of prefetched batches
     results = []
     runner = ExperimentRunner(Probe(), results.append)
@@ -442,3 +455,19 @@ def test_a_start_up_costs_what_its_cold_steps_took_beyond_the_steady_ones():
     # the two start-ups: 1.0 s at the rebuild, 1.0 + 4 x 0.2 - 5 x 0.02 = 1.7 s at the epoch start
     assert after["startup_s"] == pytest.approx(statistics.median([1.0, 1.7]) * after["steps"] / 200, rel=1e-3)
     assert result["after_samples_per_s"] == pytest.approx(record_rate(rows, after), rel=1e-4)
+
+
+def test_a_modest_change_is_checked_against_the_machines_drift():
+    # +30% after the change; back on the original, the machine now runs 25% faster too:
+    # what the trial saw was mostly the machine, and the verdict says so
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [130.0, 135.0], back=125.0)
+    assert [m["t"] for m in probe.sent] == ["apply", "revert", "apply"]
+    assert result["drift"] == pytest.approx(0.25) and result["verdict"] == "no measurable change"
+    assert result["before"]["blocks"][0] == [10, 29] and len(result["before"]["blocks"]) == 2  # both, pooled
+    assert 100 < result["before_samples_per_s"] < 125
+    steady = ExperimentRunner(Probe(), None)
+    steady.start(advice(), step_rows(0, 30, 100.0))
+    assert drive(steady, steady.send, [130.0, 130.0], back=100.0)["verdict"] == "faster"  # no drift: +30% stands

@@ -40,6 +40,11 @@ def restart_stall(window, facts) -> tuple[float, float] | None:
     if startup < MIN_STARTUP_S:
         return None
     fraction = startup / (loader["len"] * window.step_median + startup)
+    # Fresh workers also run their first batches cold (new processes: page faults, first
+    # calls): where the window holds epoch starts, all it took beyond its median steps is
+    # what the restarts cost, when that is more.
+    if window.wall > 0 and any(window.first_step <= s[0] <= window.last_step for s in found):
+        fraction = max(fraction, 1 - window.steps * window.step_median / window.wall)
     return (startup, fraction) if fraction >= MIN_EPOCH_FRACTION else None
 
 

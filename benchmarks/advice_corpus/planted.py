@@ -9,11 +9,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-MISTAKES = ("none", "anomaly", "starved", "spawned", "grad_spike", "profiler", "retained_graph", "tensor_copy",
+MISTAKES = ("none", "anomaly", "starved", "cpu_loading", "spawned", "grad_spike", "profiler", "retained_graph", "tensor_copy",
             "eval_grad", "set_to_none", "adam_weight_decay", "no_schedule", "conv_bias")
 parser = argparse.ArgumentParser()
 parser.add_argument("--mistake", choices=MISTAKES, default="none")
 parser.add_argument("--steps", type=int, default=400)
+parser.add_argument("--workers", type=int, default=0, help="the slow datasets' DataLoader workers (to time what the "
+                                                           "advice predicts, without fastmon)")
 args = parser.parse_args()
 
 
@@ -31,6 +33,18 @@ class SlowDataset(Dataset):
         return self.x[i], self.y[i]
 
 
+class DecodedDataset(SlowDataset):
+    """0.4 ms of CPU to load a sample (a decode and a transform in Python, as PIL and
+    torchvision's transforms take for an MNIST image): workers share the cores with the
+    training, so they help only as far as cores are free."""
+
+    def __getitem__(self, i):
+        checksum = 0
+        for value in range(3000):
+            checksum = (checksum * 31 + value) % 1_000_003
+        return self.x[i] + checksum * 0, self.y[i]
+
+
 def model_for(mistake):
     if mistake == "conv_bias":
         return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
@@ -40,7 +54,9 @@ def model_for(mistake):
 
 def loader_for(mistake):
     if mistake == "starved":
-        return DataLoader(SlowDataset(2048), batch_size=16, shuffle=True)
+        return DataLoader(SlowDataset(2048), batch_size=16, shuffle=True, num_workers=args.workers)
+    if mistake == "cpu_loading":
+        return DataLoader(DecodedDataset(2048), batch_size=16, shuffle=True, num_workers=args.workers)
     if mistake == "spawned":  # short epochs whose workers start again each time
         return DataLoader(SlowDataset(256), batch_size=16, num_workers=2, multiprocessing_context="spawn")
     return DataLoader(TensorDataset(torch.randn(8192, 64), torch.randn(8192, 1)), batch_size=64, shuffle=True)
@@ -62,6 +78,7 @@ def main():
     if profiler is not None:
         profiler.__enter__()
     losses, step = [], 0
+    started = time.perf_counter()
     while step < args.steps:
         for x, y in loader:
             if mistake == "tensor_copy":
@@ -89,6 +106,7 @@ def main():
     if profiler is not None:
         profiler.__exit__(None, None, None)
     print(f"{mistake}: final loss {float(losses[-1]):.4f}")
+    print(f"samples/s {args.steps * loader.batch_size / (time.perf_counter() - started):.1f}")
 
 
 if __name__ == "__main__":
