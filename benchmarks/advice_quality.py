@@ -143,7 +143,7 @@ def main() -> None:
     # workers take cores from the training. What the advisor predicts for 2 workers, against
     # the script timed without fastmon, 0 and 2 workers alternately, 3 pairs.
     report = advised([PLANTED, "--mistake", "cpu_loading", "--steps", "2000"])
-    workers = next((a for a in report["advice"] if a["id"] == "dataloader.num_workers"), None)
+    workers = next((a for a in report["advice"] if a["id"] == "dataloader.num_workers" and a.get("est_gain")), None)
     rates = {0: [], 2: []}
     for _ in range(3):
         for n in (0, 2):

@@ -6,7 +6,11 @@ length-prefixed JSON frames (``fastmon.wire``); the first message says which ran
 and carries the run's secret, which the probes inherit in their environment
 (``FASTMON_SECRET``, never on a command line). A connection without it, with a frame that
 cannot be read, or claiming a rank already connected is closed and counted (``refused``);
-nothing another process sends can end the reader or take a rank's place.
+nothing another process sends can end the reader or take a rank's place, and until a
+connection has shown the secret it may send one small frame (``HELLO_MAX``), no more.
+
+A socket's path may hold 107 bytes: where TMPDIR's is too long for it, the folder goes in
+/tmp (or /dev/shm), still private to this user.
 """
 
 from __future__ import annotations
@@ -22,11 +26,29 @@ import threading
 
 from fastmon import wire
 
+HELLO_MAX = 4096  # bytes a connection may send before it has shown the secret
+SOCKET_PATH_MAX = 100  # of the 107 a Unix socket's path may hold (sun_path), with room to spare
+SHORT_FOLDERS = ("/tmp", "/dev/shm")  # where the folder goes when TMPDIR's path is too long
+
+
+def private_folder() -> str:
+    """A new 0700 folder whose socket path fits: in TMPDIR, else in a short system one."""
+    for parent in (None, *SHORT_FOLDERS):
+        try:
+            folder = tempfile.mkdtemp(prefix="fastmon-", dir=parent)
+        except OSError:
+            continue
+        if len(os.path.join(folder, "channel.sock")) <= SOCKET_PATH_MAX:
+            return folder
+        os.rmdir(folder)
+    raise OSError("no folder for the monitor's socket: TMPDIR's path is too long and /tmp and /dev/shm "
+                  "cannot be written")
+
 
 class ChannelServer:
     def __init__(self, on_message) -> None:
         self._on_message = on_message
-        self._dir = tempfile.mkdtemp(prefix="fastmon-")
+        self._dir = private_folder()
         os.chmod(self._dir, 0o700)
         self.path = os.path.join(self._dir, "channel.sock")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -67,12 +89,12 @@ class ChannelServer:
         conn.setblocking(True)
         self.connections += 1
         self.open_connections += 1
-        self._selector.register(conn, selectors.EVENT_READ, data=[wire.FrameReader(), None])
+        self._selector.register(conn, selectors.EVENT_READ, data=[wire.FrameReader(HELLO_MAX), None])
 
     def _read(self, key) -> None:
         conn, (reader, rank) = key.fileobj, key.data
         try:
-            data = conn.recv(1 << 20)
+            data = conn.recv(1 << 20 if rank is not None else HELLO_MAX)
         except OSError:
             data = b""
         if not data:
@@ -90,6 +112,8 @@ class ChannelServer:
                     self._drop(conn, None, refused=True)
                     return
                 key.data[1] = rank
+                reader.max_frame = wire.MAX_FRAME  # shown the secret: a probe's frames from here
+                messages += reader.feed(b"")  # what came with the hello
                 message = {k: v for k, v in message.items() if k != "secret"}
             elif message.get("t") == "hello" or message.get("rank", rank) != rank:
                 self._drop(conn, rank, refused=True)  # a probe says hello once, for its own rank

@@ -23,6 +23,7 @@ EXIT_SLOWER = 4  # the CI guard found the new run slower beyond noise and beyond
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
 EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
+START_BYTES = 512 * 1024  # written and freed before a run starts: a record's start and its reserve
 
 # torchrun's options that say how to start the script: fastmon starts it, through its probe
 TORCHRUN_REFUSED = {"-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path", "-h", "--help"}
@@ -227,7 +228,10 @@ def cmd_run(argv: list[str]) -> int:
             return EXIT_NO_RUN
     try:  # before anything starts: a training whose record cannot be written is not run
         Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=args.runs_dir).close()
+        with tempfile.TemporaryFile(dir=args.runs_dir) as probe_file:  # real blocks: a full disk refuses them
+            probe_file.write(bytes(START_BYTES))
+            probe_file.flush()
+            os.fsync(probe_file.fileno())
     except OSError as exc:
         sys.stderr.write(f"fastmon: cannot record in {args.runs_dir!r}: {exc.strerror or exc}; nothing started "
                          "(--runs-dir or $FASTMON_RUNS_DIR names another folder)\n")
@@ -273,9 +277,8 @@ def cmd_run(argv: list[str]) -> int:
 
 def run_headless(options, status_every: float) -> tuple[int, Path]:
     from fastmon.headless import StatusPrinter
-    from fastmon.report import format_text
+    from fastmon.report import summary_text
     from fastmon.session import Session
-    from fastmon.summary import summarize
 
     session = Session(options, passthrough=True)
     # Ctrl-C reaches the training process from the terminal directly; the monitor stays
@@ -295,7 +298,7 @@ def run_headless(options, status_every: float) -> tuple[int, Path]:
     printer.start()
     code = session.wait()
     printer.stop()
-    sys.stderr.write("\n" + format_text(summarize(session.run_dir)) + "\n")
+    sys.stderr.write("\n" + summary_text(session.run_dir) + "\n")
     return code, session.run_dir
 
 
@@ -486,10 +489,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"fastmon: unknown command {argv[0]!r}{hint}{script}\n{USAGE}")
         return EXIT_USAGE
     try:
-        return command(argv[1:])
+        code = command(argv[1:])
+        sys.stdout.flush()  # here, where a reader gone is caught, not at the interpreter's exit
+        return code
     except UsageError as exc:
         sys.stderr.write(f"fastmon: {exc}\n")
         return EXIT_USAGE
+    except BrokenPipeError:
+        # `fastmon report | head -1`: the reader has what it wanted. Nothing more goes to the
+        # closed pipe, not even at exit (python's advice for SIGPIPE's default behaviour).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
 
 
 def entry() -> None:

@@ -99,6 +99,7 @@ class LiveState:
     applied: list = field(default_factory=list)
     output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=5000))
     output_seq: int = 0
+    output_chars: int = 0  # the characters ``output`` holds
     dropped: int = 0
     capturing: bool = False  # a torch.profiler capture asked for or running
     # Steps that are not training as it runs: captured by torch.profiler (slower), or

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import queue
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ LOG_EVERY = 5.0  # seconds between two points of each series
 # pass before fastmon decides the script has none and opens a run of its own.
 WAIT_FOR_SCRIPT_STEPS = 120
 PREFIX = "fastmon/"
+CLOSE_WAIT_S = 4.0  # at the end, how long all trackers together may take to take their last points
 
 
 def parse_log_to(text: str) -> list[str]:
@@ -61,6 +64,7 @@ class TensorBoardTarget:
     shows it as a run beside the script's), or in the run folder when the script writes none."""
 
     name = "tensorboard"
+    modules = ("torch.utils.tensorboard",)
 
     def __init__(self) -> None:
         self.writer = None
@@ -93,6 +97,7 @@ class WandbTarget:
     steps would fight the script's over the run's step counter."""
 
     name = "wandb"
+    modules = ("wandb",)
 
     def __init__(self) -> None:
         self.run = None
@@ -132,6 +137,7 @@ class MlflowTarget:
     process); a run of fastmon's own where the script has none."""
 
     name = "mlflow"
+    modules = ("mlflow.tracking", "mlflow.entities")
 
     def __init__(self) -> None:
         self.client = None
@@ -172,7 +178,9 @@ class TrackerLog:
     steps since the last point; a tracker opens once it knows where to write (the script's
     run, or no sign of one after WAIT_FOR_SCRIPT_STEPS steps) and is sent every point so
     far, so nothing made before it opened is lost. ``note`` says what happened, a line each;
-    a tracker that fails is noted and dropped: the training and the other trackers go on."""
+    a tracker that fails is noted and dropped: the training and the other trackers go on.
+    Each tracker is called from a thread of its own: one that does not answer (a tracking
+    server that hangs) holds nothing else, and ``close`` waits for them CLOSE_WAIT_S at most."""
 
     def __init__(self, names: list[str], run_dir: Path, note) -> None:
         self.run_dir = run_dir
@@ -181,30 +189,80 @@ class TrackerLog:
         self.sent = {target.name: None for target in self.targets}  # None until opened, then points sent
         self.points: list[tuple[int, dict[str, float]]] = []
         self.last_step = 0
+        self._latest: tuple[dict, bool] = ({}, False)  # the trackers the script uses, and whether waited for
+        self._jobs = {target.name: queue.SimpleQueue() for target in self.targets}
+        self._busy = {target.name: threading.Event() for target in self.targets}  # a job queued or running
+        self._threads = {target.name: threading.Thread(target=self._serve, args=(target,), daemon=True,
+                                                       name=f"fastmon-{target.name}") for target in self.targets}
+        for target in self.targets:  # imported at once, on its thread: seconds, not paid at the end
+            self._jobs[target.name].put((lambda t=target: [importlib.import_module(m) for m in t.modules], ()))
+        for thread in self._threads.values():
+            thread.start()
 
     def tick(self, rows: list, gpus, compute: dict, trackers: dict, final: bool = False) -> None:
+        """Never waits for a tracker: each takes the points on its own thread, when it can."""
         rows = [r for r in rows if r.step > self.last_step]
         if rows:
             self.points.append((rows[-1].step, figures(rows, gpus, compute)))
             self.last_step = rows[-1].step
         waited = final or self.last_step >= WAIT_FOR_SCRIPT_STEPS
-        for target in list(self.targets):
+        self._latest = (dict(trackers), waited)
+        for target in self.targets:
+            busy = self._busy[target.name]
+            if not busy.is_set():  # one still sending takes the newer points at its next job
+                busy.set()
+                self._jobs[target.name].put((self._send, (target, *self._latest)))
+
+    def _serve(self, target) -> None:
+        jobs = self._jobs[target.name]
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            work, args = job
             try:
-                if self.sent[target.name] is None:
-                    if not target.ready(trackers, waited):
-                        continue
-                    self.note(f"--log-to {target.name}: {target.open(trackers, self.run_dir)}")
-                    self.sent[target.name] = 0
-                for step, values in self.points[self.sent[target.name]:]:
-                    target.write(step, values)
-                self.sent[target.name] = len(self.points)
+                work(*args)
             except Exception as exc:  # a tracker's failure is its own
                 self.note(f"--log-to {target.name} failed, nothing more is sent there: {type(exc).__name__}: {exc}")
-                self.targets.remove(target)
+                self.sent[target.name] = -1
+                return
+            finally:
+                self._busy[target.name].clear()
 
-    def close(self) -> None:
+    def _send(self, target, trackers: dict, waited: bool) -> None:
+        if self.sent[target.name] is None:
+            if not target.ready(trackers, waited):
+                return
+            self.note(f"--log-to {target.name}: {target.open(trackers, self.run_dir)}")
+            self.sent[target.name] = 0
+        points = self.points[self.sent[target.name]:]
+        for step, values in points:
+            target.write(step, values)
+        self.sent[target.name] += len(points)
+
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Each tracker's last points and its end, within ``wait_s`` for all of them; a
+        tracker that has not finished by then is named, and left (its thread dies with
+        fastmon)."""
+        deadline = time.monotonic() + wait_s
         for target in self.targets:
-            try:
-                target.close()
-            except Exception as exc:
-                self.note(f"--log-to {target.name}: closing failed: {type(exc).__name__}: {exc}")
+            if self.sent[target.name] != -1:
+                self._jobs[target.name].put((self._close, (target,)))
+            self._jobs[target.name].put(None)
+        late = []
+        for target in self.targets:
+            thread = self._threads[target.name]
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                late.append(target.name)
+        for name in late:
+            self.note(f"--log-to {name} did not answer within {wait_s:g} s of the training's end: its last "
+                      f"points may be missing there (the record has them)")
+
+    def _close(self, target) -> None:
+        trackers, _ = self._latest
+        self._send(target, trackers, True)  # the points a job still running could not take
+        try:
+            target.close()
+        except Exception as exc:
+            self.note(f"--log-to {target.name}: closing failed: {type(exc).__name__}: {exc}")

@@ -64,7 +64,9 @@ def new_run_dir(runs_dir: str | os.PathLike, name: str) -> Path:
     it), made in one step: runs started in the same second each get theirs."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     Path(runs_dir).mkdir(parents=True, exist_ok=True)
-    base = Path(runs_dir) / f"{stamp}-{name.encode()[:NAME_KEPT].decode(errors='ignore')}"
+    # a name that is not UTF-8 (bytes the file system holds, as python runs them) stays readable
+    readable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    base = Path(runs_dir) / f"{stamp}-{readable.encode()[:NAME_KEPT].decode(errors='ignore')}"
     path, n = base, 1
     while True:
         try:
@@ -96,6 +98,7 @@ def resolve_run(spec: str, runs_dir: str | os.PathLike = DEFAULT_RUNS_DIR) -> Pa
 RESERVE_BYTES = 256 * 1024  # kept aside in the run folder: the run's ending is written on a full disk too
 KEPT_ON_FAILURE = ("meta", "facts", "events", "advice", "applied")  # few, and what the report needs
 RETRY_ROWS = 10_000  # of those, at most this many held for the next try
+LOG_PENDING = 8 * 2**20  # bytes of the script's output waiting to go into the log table, at most
 
 
 class Recorder:
@@ -110,6 +113,9 @@ class Recorder:
         self.on_error = on_error or (lambda message: None)
         self.dropped_steps = 0
         self.error: str | None = None  # the write error in force
+        self.gone = False  # the run folder was deleted: nothing more is written
+        self._log_pending = 0
+        self.log_dropped_bytes = 0
         self._retry: dict[str, list] = {}
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = threading.Event()
@@ -121,10 +127,20 @@ class Recorder:
     def put(self, table: str, row: tuple) -> None:
         self._queue.put((table, row))
 
+    def put_log(self, row: tuple) -> None:
+        """A row of the script's output (time, stream, text); past LOG_PENDING bytes
+        waiting, dropped and counted: output.log holds all of it."""
+        size = len(row[2])
+        if self._log_pending + size > LOG_PENDING or self.gone:
+            self.log_dropped_bytes += size
+            return
+        self._log_pending += size
+        self._queue.put(("log", row))
+
     def meta(self, key: str, value) -> None:
         self.put("meta", (key, json.dumps(value, default=str)))
 
-    def _run(self) -> None:
+    def _open(self) -> sqlite3.Connection:
         os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))  # SQLite gives its -wal and -shm this mode
         db = sqlite3.connect(self.path)
         db.execute("PRAGMA journal_mode=WAL")
@@ -132,6 +148,19 @@ class Recorder:
         db.executescript(SCHEMA)
         db.execute(f"PRAGMA user_version = {RECORD_VERSION}")
         db.commit()
+        return db
+
+    def _run(self) -> None:
+        try:
+            db = self._open()
+        except (sqlite3.Error, OSError) as exc:  # a disk full since the check before the start
+            self.error = str(exc)
+            self._ready.set()
+            self.on_error(f"cannot write {self.path} ({exc}): nothing is recorded; the training goes on")
+            while not self._closed.wait(FLUSH_EVERY):
+                self._discard()
+            self._discard()
+            return
         try:
             with open(self._reserve, "wb") as reserve:
                 reserve.write(bytes(RESERVE_BYTES))
@@ -146,8 +175,20 @@ class Recorder:
                     self._reserve.unlink()  # the space kept for the run's ending
                     self._flush(db)
                 break
-        self._reserve.unlink(missing_ok=True)
-        db.close()
+        try:
+            self._reserve.unlink(missing_ok=True)
+            db.close()
+        except (sqlite3.Error, OSError):
+            pass
+
+    def _discard(self) -> None:
+        """What was put, counted and let go: the record cannot be written."""
+        while True:
+            try:
+                table, row = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self.dropped_steps += table == "steps"
 
     def _flush(self, db) -> None:
         by_table = self._retry
@@ -158,11 +199,19 @@ class Recorder:
             except queue.Empty:
                 break
             by_table.setdefault(table, []).append(row)
+        self._log_pending -= sum(len(row[2]) for row in by_table.get("log", ()))
+        if self.gone or not self.path.exists():  # SQLite would go on writing into the deleted file
+            self.dropped_steps += len(by_table.get("steps", ()))
+            if not self.gone:
+                self.gone = True
+                self.on_error(f"the run folder {self.path.parent} was deleted: nothing more is recorded; "
+                              "the training goes on")
+            return
         try:
             for table, rows in by_table.items():
                 db.executemany(_INSERT[table], rows)
             db.commit()
-        except (sqlite3.OperationalError, OSError) as exc:  # disk full, an I/O error, a read-only disk
+        except (sqlite3.Error, OSError) as exc:  # disk full, an I/O error, a read-only disk
             try:
                 db.rollback()
             except sqlite3.Error:
@@ -174,7 +223,7 @@ class Recorder:
                 self.on_error(f"cannot write {self.path} ({exc}): steps are counted as dropped until it can "
                               "again; the training goes on")
             return
-        if self.error is not None:
+        if self.error is not None and by_table.get("steps"):  # steps written again, not just an empty batch
             self.error = None
             self.on_error(None)
 
@@ -199,10 +248,42 @@ def _json(text, where: str):
         raise DamagedRecord(f"a damaged value in {where} ({exc})") from None
 
 
+MAX_STEP_S = 86400.0  # a step's wall time, at most: a day
+MAX_TIME = 1e11  # a time of day in seconds since 1970, at most (the year 5138)
+_PHASE_AT = [STEP_FIELDS.index(p) for p in PHASES]
+_SAMPLES_AT = STEP_FIELDS.index("samples")
+# The same checks as _checked's, in SQL: the rows of a rank that fail one, for a column read
+STEP_RANGE_FAILS = ("typeof(step) != 'integer' OR typeof(wall) NOT IN ('real', 'integer') OR NOT (wall > 0) "
+                    f"OR wall > {MAX_STEP_S} OR typeof(t_end) NOT IN ('real', 'integer') OR abs(t_end) > {MAX_TIME} "
+                    "OR (samples IS NOT NULL AND (typeof(samples) != 'integer' OR samples < 0))")
+
+
+def _problem(row: tuple) -> str | None:
+    """What is wrong with a step row's values, or None: written by fastmon, a step has a
+    whole step number, a wall time above 0 and at most a day, a finite end time, a whole
+    count of samples not below 0, and phase times of at most a day."""
+    rank, step, t_end, wall = row[:4]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row[:4]) or not isinstance(step, int):
+        return f"rank {rank!r}, step {step!r}: not numbers ({row[:4]})"
+    if not 0 < wall <= MAX_STEP_S:
+        return f"rank {rank}, step {step}: a wall time of {wall:g} s (not above 0 and at most a day)"
+    if not abs(t_end) <= MAX_TIME:
+        return f"rank {rank}, step {step}: an end time of {t_end:g}"
+    samples = row[_SAMPLES_AT] if len(row) > _SAMPLES_AT else None
+    if samples is not None and (not isinstance(samples, int) or samples < 0):
+        return f"rank {rank}, step {step}: {samples!r} samples (not a whole number from 0)"
+    for i in _PHASE_AT:
+        value = row[i] if len(row) > i else None
+        if value is not None and (not isinstance(value, (int, float)) or not abs(value) <= MAX_STEP_S):
+            return f"rank {rank}, step {step}: {STEP_FIELDS[i]} of {value!r} s"
+    return None
+
+
 def _checked(rows: list[tuple]) -> list[StepRow]:
-    for row in rows:  # rank, step, end time and wall time: written for every step
-        if not all(isinstance(v, (int, float)) for v in row[:4]):
-            raise DamagedRecord(f"a damaged step row in steps ({row[:4]})")
+    for row in rows:
+        problem = _problem(row)
+        if problem:
+            raise DamagedRecord(f"a damaged step row in steps ({problem})")
     return [StepRow._make(row) for row in rows]
 
 
@@ -271,12 +352,11 @@ class RunRecord:
         steps = range(first, last + 1) if isinstance(first, int) and isinstance(last, int) \
             and len(walls) == last - first + 1 else \
             [s for (s,) in db.execute("SELECT step FROM steps WHERE rank=? ORDER BY step", (rank,))]
-        try:  # a step or wall time that is not a number: what steps() refuses row by row
-            sum(walls)
-        except TypeError:
-            raise DamagedRecord(f"a damaged step row in steps (rank {rank})") from None
-        if not isinstance(steps, range) and not all(isinstance(s, int) for s in steps):
-            raise DamagedRecord(f"a damaged step row in steps (rank {rank})")
+        bad = db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND ({STEP_RANGE_FAILS}) LIMIT 1",
+                         (rank,)).fetchone()
+        if bad is not None:  # what steps() refuses row by row
+            _checked([bad])
+            raise DamagedRecord(f"a damaged step row in steps (rank {rank}, step {bad[1]!r})")
         # the middle step's count as the usual one: a fixed batch then leaves only the odd steps to read
         middle = db.execute("SELECT IFNULL(samples, 0) FROM steps WHERE rank=? AND step>=? ORDER BY step LIMIT 1",
                             (rank, steps[len(steps) // 2])).fetchone()[0]
@@ -285,6 +365,13 @@ class RunRecord:
         timed = db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND timed=1 ORDER BY step",
                            (rank,)).fetchall()
         return steps, walls, (middle, other), _checked(timed)
+
+    def check_steps(self) -> None:
+        """Raise DamagedRecord naming the first step row whose values fastmon never writes."""
+        bad = self.db.execute(f"SELECT {self._steps} FROM steps WHERE {STEP_RANGE_FAILS} LIMIT 1").fetchone()
+        if bad is not None:
+            _checked([bad])
+            raise DamagedRecord(f"a damaged step row in steps (rank {bad[0]!r}, step {bad[1]!r})")
 
     def step_span(self, rank: int, first: int, last: int) -> tuple[float, float] | None:
         """From the start of step ``first`` to the end of step ``last``."""

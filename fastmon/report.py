@@ -158,12 +158,17 @@ def format_text(s: dict) -> str:
     lines += startup_lines(s)
     for event in s.get("spawned_training") or []:
         lines.append(f"  note: {spawned_line(event, s.get('script') or 'SCRIPT')}")
-    if not s["steps"]:
-        if not s.get("spawned_training"):
-            lines.append("  note: no training step seen: a step ends at optimizer.step() (or at a backward, with no "
-                         "optimizer) in the process fastmon started")
-        lines += [f"  the script's output: fastmon replay {s['run']}"]
-        return "\n".join(lines)  # a table of zeros would say nothing more
+    if not s["steps"]:  # two lines: a table of zeros would say nothing more
+        lacks = s.get("record_lacks")
+        if lacks and lacks.get("steps"):
+            why = f"none recorded: {lacks['why']}"
+        elif s.get("spawned_training"):
+            why = spawned_line(s["spawned_training"][0], s.get("script") or "SCRIPT")
+        else:
+            why = ("no training step seen: a step ends at optimizer.step() (or at a backward, with no optimizer) "
+                   "in the process fastmon started")
+        return "\n".join([f"fastmon report — {s.get('script') or '?'}  ({s['run']}) · {ending(exit_code)}",
+                          f"  {why}; the script's output: fastmon replay {s['run']}"])
     lines.append("")
     timed, steady = s.get("timed_steps", s["steps"]), s.get("steady_steps", s["steps"])
     if timed < steady:
@@ -213,7 +218,9 @@ def format_text(s: dict) -> str:
             lines.append(f"  {r['rank']:<5} {r['steps']:>6} {r['steps_per_s']:>8.2f} {r['step_ms']['median']:>8.2f} "
                          + " ".join(f"{r['phases'][p]:>8.1%}" for p in PHASES))
         lines.append(f"  straggler: {'rank ' + str(s['straggler']) if s['straggler'] is not None else 'none (ranks within noise)'}")
-    lines.append(f"  dropped records: {s['dropped']}")
+    lacks = s.get("record_lacks")
+    lines.append(f"  the record lacks: {lacks['why']}" if lacks else
+                 f"  the record holds every step the probe made ({s['steps']:,})")
     lines += [f"  note: {notice}" for notice in s.get("notices") or []]
     if s.get("output_dropped_bytes"):
         lines.append(f"  output past the first 256 MiB not recorded: {mib(s['output_dropped_bytes'])} (it was "
@@ -269,3 +276,22 @@ def format_text(s: dict) -> str:
         lines.append(f"  step by step: fastmon replay NODE_RUN · as a Perfetto trace: fastmon export "
                      f"{s['run'].replace(', ', ' ')} -o run.json")
     return "\n".join(lines)
+
+
+def summary_text(run_dir) -> str:
+    """The summary printed at a run's end, or the one line that says why there is none
+    (the run folder deleted during the run, a record that cannot be read): the script's
+    exit code stands either way."""
+    import sqlite3
+    from pathlib import Path
+
+    from fastmon.records import RECORD_FILE
+    from fastmon.summary import summarize
+
+    if not (Path(run_dir) / RECORD_FILE).exists():
+        return f"[fastmon] no summary: {run_dir} was deleted during the run"
+    try:
+        return format_text(summarize(run_dir))
+    except (sqlite3.Error, OSError) as exc:
+        return f"[fastmon] no summary: {Path(run_dir) / RECORD_FILE} cannot be read ({exc})"
+

@@ -11,6 +11,7 @@ with the script and a relay passes the helper's later output on.
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import select
 import subprocess
@@ -24,6 +25,7 @@ OUTPUT_KEPT = 256 * 2**20  # bytes of the script's output recorded (all of it pa
 EXIT_GRACE_S = 0.5  # after the script's exit, quiet pipes this long are held by a helper
 EXIT_WAIT_MAX_S = 5.0  # ... and a helper that never stops writing holds fastmon no longer
 POLL_S = 0.1  # how soon a pump sees the script's exit or the trainer's answer
+NO_SPLICE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)  # a file system without splice: read and write
 # Copies its stdin to its stdout until the writers are gone: python's own, as a helper
 # would have written to the terminal directly.
 RELAY = ("import os\n"
@@ -38,11 +40,13 @@ class ScriptOutput:
     (``fastmon.probe.output``): True if asked (it answers with ``closed_by_trainer``),
     False if it cannot be asked yet (not connected), None if no one else holds it."""
 
-    def __init__(self, run_dir, on_text, ask_to_close, passthrough: bool) -> None:
+    def __init__(self, run_dir, on_text, ask_to_close, passthrough: bool, on_error=None) -> None:
         self.passthrough = passthrough
         self.on_text = on_text
         self.ask_to_close = ask_to_close
-        self.kept = self.dropped = 0  # bytes recorded, and bytes past the bound
+        self.on_error = on_error or (lambda message: None)  # said once: output.log cannot be written
+        self.kept = self.dropped = 0  # bytes recorded, and bytes past the bound or unwritable
+        self.write_error: str | None = None  # why output.log stopped taking the output (a full disk)
         # Not O_APPEND: splice(2) refuses such a file; the pumps keep the offset (_take).
         self.path = run_dir / OUTPUT_LOG
         self.log = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -86,7 +90,10 @@ class ScriptOutput:
             if self.log >= 0:
                 os.close(self.log)
                 self.log = -1
-        return {"kept_bytes": self.kept, "dropped_bytes": self.dropped}
+        out = {"kept_bytes": self.kept, "dropped_bytes": self.dropped}
+        if self.write_error:
+            out["write_error"] = self.write_error
+        return out
 
     def _pump(self, stream: str, fd: int) -> None:
         out = getattr(sys, stream)
@@ -117,7 +124,10 @@ class ScriptOutput:
                 except (OSError, ValueError, AttributeError):
                     pass
             if kept:
-                self.on_text(stream, decoder.decode(data))
+                try:
+                    self.on_text(stream, decoder.decode(data))
+                except Exception:  # the screens' copy: never a reason to stop passing output
+                    pass
         os.close(fd)
 
     def _take(self, fd: int, timeout: float) -> tuple[bytes, bool] | None:
@@ -130,12 +140,16 @@ class ScriptOutput:
         if not select.select([fd], [], [], timeout)[0]:  # no lock held while the stream is quiet
             return b"", False
         with self.lock:
-            if self.kept < OUTPUT_KEPT and self.log >= 0:
+            if self.kept < OUTPUT_KEPT and self.log >= 0 and self.write_error is None:
                 try:
                     moved = os.splice(fd, self.log, 65536, offset_dst=self.kept, flags=os.SPLICE_F_NONBLOCK)
                 except BlockingIOError:
                     return b"", False
-                except (OSError, AttributeError):  # no splice (not Linux): read, then append
+                except OSError as exc:
+                    if exc.errno not in NO_SPLICE:  # the log cannot be written: nothing left the pipe
+                        self._unwritable(exc)
+                    moved = None
+                except AttributeError:  # no splice (not Linux): read, then append
                     moved = None
                 if moved == 0:
                     return None
@@ -150,13 +164,27 @@ class ScriptOutput:
         if not data:
             return None
         with self.lock:
-            keep = self.kept + len(data) <= OUTPUT_KEPT and self.log >= 0
+            keep = self.kept + len(data) <= OUTPUT_KEPT and self.log >= 0 and self.write_error is None
             if keep:
-                os.pwrite(self.log, data, self.kept)
-                self.kept += len(data)
-            elif self.log >= 0:  # (after the run's end, output is only passed through)
+                try:
+                    os.pwrite(self.log, data, self.kept)
+                    self.kept += len(data)
+                except OSError as exc:
+                    self._unwritable(exc)
+                    keep = False
+            if not keep and self.log >= 0:  # (after the run's end, output is only passed through)
                 self.dropped += len(data)
         return data, keep
+
+    def _unwritable(self, exc: OSError) -> None:
+        """output.log cannot take more (a full disk, a folder gone): the output goes on to
+        the terminal and the screens; the record says from where it lacks it."""
+        self.write_error = f"{exc.strerror or exc}"
+        try:
+            self.on_error(f"cannot write {self.path} ({self.write_error}): the script's output is recorded up to "
+                          f"byte {self.kept:,} only; it still shows here")
+        except Exception:
+            pass
 
     def _reader_gone(self, stream: str, out) -> None:
         """fastmon's own stream has no reader (``| head`` has exited): the script's next

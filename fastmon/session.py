@@ -49,6 +49,8 @@ MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representativ
 # monitor knows; a command is read as it arrives, and taken at the next step's end.
 SYNC_AHEAD_SECONDS = SEND_EVERY + 0.5
 SYNC_AHEAD_MIN_STEPS = 3
+OUTPUT_PENDING = 8 * 2**20  # the script's output waiting for the screens, at most
+OUTPUT_SHOWN = 2 * 2**20  # ... and kept for them: the log pane's last lines, a replay reads the rest
 
 
 @dataclass
@@ -88,11 +90,14 @@ class Session:
         self.tried: set[str] = set()
         self.worker_pids: dict[int, set[int]] = {}  # each rank's DataLoader workers
         self.steps_made: dict[int, int] = {}  # each rank's steps, as its probe counted them at the end
+        self.trainer_exit: float | None = None  # when the training process ended, as the monitor saw it
         self.host: HostSampler | None = None
         self._stop = threading.Event()
         self._finish_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.tracker_log: TrackerLog | None = None
+        self._output_pending = 0  # bytes of output posted to the owner and not taken yet
+        self._output_skipped = 0  # ... and those left to output.log alone
         self._tracker_lock = threading.Lock()  # its thread, and finish() for the last point
 
     @property
@@ -150,7 +155,8 @@ class Session:
         finally:
             os.close(out_write)
             os.close(err_write)
-        self.output = ScriptOutput(self.run_dir, self._on_output, self._ask_to_close_output, self.passthrough)
+        self.output = ScriptOutput(self.run_dir, self._on_output, self._ask_to_close_output, self.passthrough,
+                                   on_error=self._notice)
         self._state.status = "running"
         self._publish()  # no other thread writes yet
         self._owner.start()
@@ -197,11 +203,23 @@ class Session:
 
     # --- inputs -----------------------------------------------------------------------
     def _on_output(self, stream: str, text: str) -> None:
-        self.recorder.put("log", (time.time(), stream, text))
+        """The script's output, for the record's timed log and the screens: output.log has
+        all of it; past OUTPUT_PENDING bytes waiting here, the rest goes to the terminal only
+        (a script printing 100+ MB/s would otherwise fill the monitor's memory)."""
+        if self._output_pending + len(text) > OUTPUT_PENDING:
+            self._output_skipped += len(text)
+            return
+        self._output_pending += len(text)
+        self.recorder.put_log((time.time(), stream, text))
         self._owner.post(self._take_output, stream, text)
 
     def _take_output(self, stream: str, text: str) -> None:
-        self._state.output.append((stream, text))
+        self._output_pending -= len(text)
+        output = self._state.output
+        output.append((stream, text))
+        self._state.output_chars += len(text)
+        while self._state.output_chars > OUTPUT_SHOWN and len(output) > 1:  # the screens' last part of it
+            self._state.output_chars -= len(output.popleft()[1])
         self._state.output_seq += 1
         self._state.losses.extend(printed_losses(text))
 
@@ -487,6 +505,8 @@ class Session:
         """Wait for the training to end and close the record; safe to call from several
         threads (the dashboard's worker and the launcher): the first one finishes."""
         code = self.proc.wait()
+        if self.trainer_exit is None:
+            self.trainer_exit = time.time()
         with self._finish_lock:
             if self._state.ended is None:
                 self.output.wait_after_exit()  # everything printed is kept
@@ -514,10 +534,12 @@ class Session:
         self.recorder.meta("ended", state.ended)
         self.recorder.meta("dropped", state.dropped + self.recorder.dropped_steps)
         self.recorder.meta("steps_made", self.steps_made)
+        self.recorder.meta("trainer_exit", self.trainer_exit)
         if self.channel is not None:
             self.recorder.meta("channel", {"refused": self.channel.refused, "failed_messages":
                                            self.channel.failed_messages + self._failures["_take_message"]})
-        self.recorder.meta("output", self.output.close())
+        self.recorder.meta("output", dict(self.output.close(), screens_skipped_bytes=self._output_skipped,
+                                          log_rows_dropped_bytes=self.recorder.log_dropped_bytes))
         self.recorder.close()
         if self.channel is not None:
             self.channel.close()

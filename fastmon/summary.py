@@ -12,6 +12,7 @@ from fastmon.permanent import line_text, permanent_changes
 from fastmon.phases import COLUMN, PHASES
 from fastmon.records import RunRecord
 from fastmon.step_table import StepTable
+from fastmon.wire import SEND_EVERY
 
 STRAGGLER_MARGIN = 0.10  # own work this much above the median rank's ...
 STRAGGLER_STEP_SHARE = 0.05  # ... and worth at least this share of a step: the straggler
@@ -195,6 +196,9 @@ def summarize(run_dir) -> dict:
         # What the probes counted at the end, less what is on record: what could not be written too
         made = sum(v or 0 for m in metas for v in (m.get("steps_made") or {}).values())
         summary["dropped"] = max(sum(m.get("dropped", 0) or 0 for m in metas), made - sum(map(len, tables.values())))
+        last_ends = {rank: (rec.step_span(rank, tables[rank].steps[-1], tables[rank].steps[-1]) or (0, 0))[1]
+                     for rec in records for rank in rec.ranks() if len(tables[rank])}
+        summary["record_lacks"] = record_lacks(metas, last_ends, summary["dropped"], made, events)
         summary["output_dropped_bytes"] = sum((m.get("output") or {}).get("dropped_bytes", 0) for m in metas)
         summary["channel_refused"] = sum((m.get("channel") or {}).get("refused", 0) for m in metas)
         summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
@@ -216,6 +220,33 @@ def summarize(run_dir) -> dict:
     finally:
         for rec in records:
             rec.close()
+
+
+def record_lacks(metas: list[dict], last_ends: dict, dropped: int, made: int, events: list[dict]) -> dict | None:
+    """What the record does not hold of the training, as far as it can be known: steps the
+    probes made and the record lacks (a full disk, a monitor behind), or, for a training
+    process that ended without its probe's last send (os._exit, a signal, a crash in
+    native code), how long before its end the record stops. None when it holds it all."""
+    said = {str(rank) for m in metas for rank in (m.get("steps_made") or {})}
+    silent = [rank for rank in last_ends if str(rank) not in said]
+    ended = max((m.get("trainer_exit") or m.get("ended") or 0) for m in metas)
+    if not last_ends and not said and any(m.get("trainer_exit") for m in metas):
+        # nothing reached the record, and no probe said what it made at the end
+        return {"steps": None, "up_to_s": SEND_EVERY, "ranks": [],
+                "why": f"no step reached the record: a probe sends every {SEND_EVERY:g} s, and the training "
+                       "ended before, or without its last send (os._exit, a signal, a crash in native code)"}
+    if silent and ended:
+        gap = max(0.0, ended - max(last_ends[rank] for rank in silent))
+        who = f" (rank {', '.join(map(str, silent))})" if len(last_ends) > 1 else ""
+        return {"steps": dropped or None, "up_to_s": round(gap, 2), "ranks": silent,
+                "why": f"the training process ended without its last send{who}, by os._exit, a signal or a "
+                       f"crash in native code: the steps it made in its last {gap:.2f} s may be missing"}
+    if dropped:
+        disk = any(e["kind"] == "record_error" for e in events) or any(m.get("record_error") for m in metas)
+        why = ("the run file could not be written (a full disk)" if disk
+               else "they did not reach the monitor (its channel fell behind)")
+        return {"steps": dropped, "up_to_s": None, "ranks": [], "why": f"{dropped:,} of {made:,} steps: {why}"}
+    return None
 
 
 def _memory(table: StepTable, record: RunRecord) -> dict:

@@ -53,6 +53,9 @@ def export(run_dirs, out: Path | None = None) -> tuple[Path, int]:
     part = out.with_name(out.name + ".part")
     try:
         metas = [record.meta() for record in records]
+        for record in records:  # what report refuses, refused before a line is written
+            record.facts()  # (a trace holds no facts; a damaged one is still the record's damage)
+            record.check_steps()
         t0 = min((t for t in map(_first_start, records, metas) if t), default=0.0)
 
         def us(t: float) -> int:

@@ -50,21 +50,27 @@ def _decode(body: bytes) -> dict:
 
 
 class FrameReader:
-    """Accumulates received bytes and yields the complete messages in them."""
+    """Accumulates received bytes and yields the complete messages in them; a frame
+    longer than ``max_frame`` is refused (ValueError) before any of it is kept. Below the
+    wire's own limit, one message at a time: what follows a hello waits until the hello
+    has been judged (``feed(b"")`` then takes it, with the limit raised or not)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._buffer = bytearray()
+        self.max_frame = max_frame
 
     def feed(self, data: bytes) -> list[dict]:
         self._buffer += data
         messages = []
         while len(self._buffer) >= _HEADER.size:
             (length,) = _HEADER.unpack_from(self._buffer)
-            if length > MAX_FRAME:
+            if length > self.max_frame:
                 raise ValueError(f"frame of {length} bytes exceeds the limit")
             end = _HEADER.size + length
             if len(self._buffer) < end:
                 break
             messages.append(_decode(bytes(self._buffer[_HEADER.size:end])))
             del self._buffer[:end]
+            if self.max_frame < MAX_FRAME:
+                break
         return messages

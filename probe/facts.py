@@ -154,6 +154,7 @@ def settings() -> dict:
         "anomaly_detection": bool(torch.is_anomaly_enabled()),
         "profiler_on": profiler_running(),
         "grad_enabled": torch.is_grad_enabled(),
+        "threads": torch.get_num_threads(),  # torch's intra-op threads: cores its compute keeps busy
     }
 
 

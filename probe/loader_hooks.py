@@ -32,7 +32,7 @@ import os
 import threading
 import warnings
 import weakref
-from time import perf_counter, perf_counter_ns
+from time import perf_counter, perf_counter_ns, thread_time_ns
 
 import torch
 from torch.utils.data import DataLoader
@@ -70,6 +70,7 @@ class LoaderState:
         self.role: str | None = None
         self.counter: SampleCount | None = None  # this epoch's samples, once fastmon changed its batch size in it
         self.iter_step = 0  # the step in which its latest iterator was made: its epoch's first
+        self.wait_ns = self.wait_cpu_ns = 0  # timed batches' wait, and the training thread's CPU in it
 
     def add_startup(self, startup: tuple) -> None:
         self.epoch = (*self.epoch[:2], (*self.epoch[2], startup)[-STARTUPS_KEPT:])
@@ -178,8 +179,9 @@ class LoaderPart(Part):
             try:
                 if clock.backwards_since_step and not optimizer_part.created:
                     probe.end_step()  # no optimizer: a batch after a backward starts the next step
-                put((ENTER + DATA_WAIT, perf_counter_ns()))
-                entered = True
+                entered = perf_counter_ns()
+                put((ENTER + DATA_WAIT, entered))
+                cpu = thread_time_ns()
                 if tags is not None and tags.pending is not None:
                     part.rebuild_now(it, tags)
             except Exception as exc:
@@ -194,10 +196,14 @@ class LoaderPart(Part):
                 raise
             if entered:
                 try:
-                    put((LEAVE_BATCH, perf_counter_ns(), batch_size_of(batch)))
+                    left = perf_counter_ns()
+                    put((LEAVE_BATCH, left, batch_size_of(batch)))
                     clock.loader_batches += 1
                     if tags is not None:
-                        part.last_loader = tags.state
+                        part.last_loader = state = tags.state
+                        # this thread's CPU in the wait: loading that is CPU work, or a wait (I/O, workers)
+                        state.wait_cpu_ns += thread_time_ns() - cpu
+                        state.wait_ns += left - entered
                 except Exception as exc:
                     part.fail(exc)
             return batch
@@ -321,14 +327,17 @@ class LoaderPart(Part):
                 self.probe.fact("dataloader.worker_pids", self.worker_pids())
                 for state in list(self.loaders.values()):
                     # Both are replaced, never changed in place: identity is the cheap test,
-                    # in a round that runs cold once a second.
+                    # in a round that runs cold once a second. The waits' CPU share is told
+                    # again each time the time it is made of doubles (a long epoch's first).
                     reported = state.reported
-                    if reported is None or reported[0] is not state.description or reported[1] is not state.epoch:
-                        state.reported = (state.description, state.epoch)
+                    if reported is None or reported[0] is not state.description or reported[1] is not state.epoch \
+                            or state.wait_ns > 2 * reported[2]:
+                        state.reported = (state.description, state.epoch, state.wait_ns)
                         epochs, iter_seconds, startups = state.epoch
+                        share = round(state.wait_cpu_ns / state.wait_ns, 3) if state.wait_ns else None
                         self.probe.fact(f"loader.{state.id}", dict(state.description, id=state.id,
                                                                    location=state.location, epochs=epochs,
-                                                                   epoch_began=state.iter_step,
+                                                                   epoch_began=state.iter_step, wait_cpu_share=share,
                                                                    iter_seconds=iter_seconds,
                                                                    startups=[list(s) for s in startups]))
         except Exception as exc:

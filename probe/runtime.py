@@ -116,6 +116,14 @@ class Probe:
         self.publisher._sock = None
 
     def close(self) -> None:
+        """At the interpreter's exit (atexit): the last steps and the bye. Never raises:
+        whatever happens here, the script's exit is python's."""
+        try:
+            self._close()
+        except BaseException:  # noqa: BLE001 - an exit's last words are the script's, never fastmon's
+            pass
+
+    def _close(self) -> None:
         if self.in_fork_child:
             return
         clock = self.clock

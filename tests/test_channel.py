@@ -96,3 +96,55 @@ def test_intruders_lose_the_training_no_step(run_fastmon, report):
     summary = report()
     assert summary["steps"] == 300 and summary["dropped"] == 0 and summary["channel_refused"] == 4
     assert "connections refused: 4" in out.stderr
+
+
+def test_a_connection_without_the_secret_may_not_buffer_more_than_a_hello(server):
+    # a frame that says it holds 60 MB: refused at its header, before any of it is kept
+    intruder = connect(server)
+    try:
+        intruder.sendall(struct.pack("!I", 60 * 2**20) + b"x" * 65536)
+        assert intruder.recv(10) == b""
+    except ConnectionResetError:  # closed with what it sent unread
+        pass
+    wait_for(lambda: server.refused == 1, "the refusal")
+    # a probe's frames, once it has shown the secret, may be as large as the wire allows
+    probe = connect(server)
+    big = {"t": "fact", "key": "k", "value": "v" * 100_000, "rank": 0}
+    probe.sendall(frame({"t": "hello", "rank": 0, "secret": server.secret}) + frame(big))
+    wait_for(lambda: len(server.received) == 2, "the probe's large fact")
+
+
+def test_a_tmpdir_too_long_for_a_socket_puts_the_channel_in_a_short_private_folder(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    long_dir = tmp_path / ("d" * 200)
+    long_dir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(long_dir))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    channel = ChannelServer(lambda message: None)
+    try:
+        assert len(channel.path) <= 107 and not channel.path.startswith(str(long_dir))
+        assert os.stat(os.path.dirname(channel.path)).st_mode & 0o777 == 0o700
+        sock = connect(channel)
+        sock.close()
+    finally:
+        channel.close()
+    assert not os.path.exists(os.path.dirname(channel.path))
+
+
+def test_eight_connections_without_the_secret_leave_the_monitors_memory_alone(server):
+    import psutil
+
+    me = psutil.Process()
+    before = me.memory_info().rss
+    intruders = [connect(server) for _ in range(8)]
+    for sock in intruders:  # each: a frame of a size a hello may have, never finished, then 4 MB more
+        sock.sendall(struct.pack("!I", 4000) + b"{" * 3000)
+    for sock in intruders:
+        try:
+            sock.sendall(b"x" * 4 * 2**20)
+        except OSError:  # refused and closed on the way
+            pass
+    wait_for(lambda: server.refused == 8, "the eight refusals", timeout=20)
+    assert me.memory_info().rss - before < 10 * 2**20

@@ -27,6 +27,24 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def fastmon_folders() -> list[str]:
+    """Where fastmon's code lies, as installed (one folder per package: probe/ beside
+    fastmon/ in a checkout): a frame from there is fastmon's, whatever the checkout's name."""
+    import fastmon
+    import fastmon.advisor
+    import fastmon.probe
+    import fastmon.tui
+
+    return [str(Path(p).resolve()) + "/" for package in (fastmon, fastmon.probe, fastmon.advisor, fastmon.tui)
+            for p in package.__path__]
+
+
+def of_fastmon(frame_line: str) -> bool:
+    """A traceback's '  File "PATH", line N' from fastmon's own code."""
+    path = frame_line.split('"')[1]
+    return any(str(Path(path).resolve()).startswith(folder) for folder in fastmon_folders())
+
+
 def recorded_steps(tmp_path) -> int:
     runs = run_dirs(tmp_path)
     if not runs or not (runs[0] / "run.sqlite").exists():
@@ -250,9 +268,128 @@ def test_an_error_raised_through_fastmons_hooks_reads_as_under_python(tmp_path, 
                            timeout=240, env=clean_env())
     assert bare.returncode == under.returncode == 1
     frames = [line for line in under.stderr.splitlines() if line.startswith('  File "')]
-    assert frames and not [line for line in frames if "fastmon" in line or "/probe/" in line]
+    assert frames and not [line for line in frames if of_fastmon(line)]
     if where == "forward":  # torch's module call takes another path when hooks are in: its frames differ
         mine = str(SCRIPTS / "raises_inside.py")
         assert [f for f in frames if mine in f] == [f for f in bare.stderr.splitlines() if mine in f]
     else:
         assert bare.stderr in under.stderr
+
+
+def test_frames_are_judged_by_where_fastmon_is_installed_not_by_its_name():
+    # a checkout cloned into a folder named fastmon: the user's own frames there are theirs
+    assert not of_fastmon('  File "/home/me/fastmon/train.py", line 3, in <module>')
+    assert of_fastmon(f'  File "{fastmon_folders()[0]}session.py", line 1, in start')
+    assert of_fastmon(f'  File "{fastmon_folders()[1]}runtime.py", line 1, in close')
+
+
+@pytest.mark.e2e
+def test_a_disk_that_fills_while_the_script_prints_holds_back_no_line(tmp_path, small_disk):
+    # 2 MB of disk, a script printing ~200 lines a step for 3 s: the record fills, the output goes on
+    started = time.time()
+    monitor = subprocess.run(fastmon_cmd("run", "--headless", "--runs-dir", small_disk, SCRIPTS / "prints_fast.py",
+                                         "--seconds", "3"), cwd=tmp_path, capture_output=True, text=True,
+                             timeout=120, env=clean_env())
+    returned = time.time()
+    assert monitor.returncode == 0, monitor.stderr[-3000:]
+    last = monitor.stdout.splitlines()[-1]
+    printed, ended = int(last.split()[1]), float(last.rsplit(" ", 1)[1])
+    assert monitor.stdout.count("\nline ") + monitor.stdout.startswith("line ") == printed  # every line reached us
+    assert returned - ended < 4.0 and ended - started < 20  # ended as python's would; nothing blocked it
+    assert "Traceback" not in monitor.stderr
+    assert monitor.stderr.count("output.log (No space left on device): the script's output is recorded up to byte") == 1
+    assert "the record lacks:" in monitor.stderr or "none recorded:" in monitor.stderr
+
+
+@pytest.mark.e2e
+def test_a_disk_full_before_the_start_starts_nothing(tmp_path, small_disk):
+    fill(small_disk)
+    out = subprocess.run(fastmon_cmd("run", "--headless", "--runs-dir", small_disk, SCRIPTS / "slow_steps.py",
+                                     "--steps", "3"), cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=clean_env())
+    assert out.returncode == 73 and "nothing started" in out.stderr and "No space left" in out.stderr
+    assert "step 0" not in out.stdout and "Traceback" not in out.stderr
+    assert [p for p in small_disk.iterdir() if p.name != "filler"] == []
+
+
+@pytest.mark.e2e
+def test_a_run_folder_deleted_mid_run_is_said_once_and_the_training_goes_on(tmp_path):
+    import shutil
+
+    monitor = subprocess.Popen(fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "300",
+                                           "--step-ms", "10"),
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(), text=True)
+    wait_for(lambda: recorded_steps(tmp_path) >= 20, 60, "the first steps to be recorded")
+    (run,) = run_dirs(tmp_path)
+    shutil.rmtree(run)
+    stdout, stderr = monitor.communicate(timeout=120)
+    assert monitor.returncode == 0 and "step 299" in stdout
+    assert stderr.count(f"the run folder {run.relative_to(tmp_path)} was deleted: nothing more is recorded") == 1
+    assert f"no summary: {run.relative_to(tmp_path)} was deleted during the run" in stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", ["os_exit", "segfault"])
+def test_an_abrupt_end_says_how_long_before_it_the_record_stops(tmp_path, how):
+    out = subprocess.run(fastmon_cmd("run", "--headless", SCRIPTS / "abrupt_end.py", "--how", how), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env=clean_env())
+    assert out.returncode == (0 if how == "os_exit" else 128 + signal.SIGSEGV), out.stderr[-2000:]
+    assert "made 3000 steps" in out.stdout
+    summary = json.loads(subprocess.run(fastmon_cmd("report", "--json"), cwd=tmp_path, capture_output=True,
+                                        text=True, timeout=60, env=clean_env()).stdout)
+    lacks = summary["record_lacks"]
+    assert 0 < summary["steps"] <= 3000 and lacks is not None and 0 <= lacks["up_to_s"] <= 2 * PUBLISHER_INTERVAL
+    assert "ended without its last send" in out.stderr and "record holds every step" not in out.stderr
+    frames = [line for line in out.stderr.splitlines() if line.startswith('  File "')]
+    assert not [line for line in frames if of_fastmon(line)]
+
+
+@pytest.mark.e2e
+def test_a_script_name_that_is_not_utf8_runs_as_python_runs_it(tmp_path):
+    import os
+
+    name = os.fsencode(tmp_path) + b"/caf\xe9.py"
+    with open(name, "wb") as script:
+        script.write(b"print('ran', 6 * 7)\n")
+    env = dict(clean_env(), LC_ALL="C.UTF-8")
+    bare = subprocess.run([sys.executable, name], capture_output=True, timeout=60, env=env)
+    under = subprocess.run([*map(os.fsencode, fastmon_cmd("run", "--headless")), name], cwd=tmp_path,
+                           capture_output=True, timeout=120, env=env)
+    assert bare.returncode == under.returncode == 0 and bare.stdout == under.stdout == b"ran 42\n"
+    assert b"Traceback" not in under.stderr
+
+
+@pytest.mark.e2e
+def test_a_report_piped_into_head_ends_quietly(tmp_path, run_fastmon):
+    assert run_fastmon("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "3", "--step-ms", "1").returncode == 0
+    piped = subprocess.run(f"{sys.executable} -m fastmon report | head -1", shell=True, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60, env=clean_env())
+    assert piped.returncode == 0 and piped.stdout.startswith("fastmon report") and piped.stderr == ""
+    # a reader gone before anything is written (`| true`): the write itself meets the closed pipe
+    for reader in ("head -1", "true"):
+        status = subprocess.run(f"{sys.executable} -m fastmon report | {reader}; exit ${{PIPESTATUS[0]}}", shell=True,
+                                executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                                env=clean_env())
+        assert status.returncode == 0 and status.stderr == "", (reader, status.stderr)
+
+
+@pytest.mark.e2e
+def test_heavy_output_headless_keeps_the_monitor_small(tmp_path):
+    # ~100+ MB/s of output for 6 s: it all passes through; the monitor holds a bounded part of it
+    monitor = subprocess.Popen(fastmon_cmd("run", "--headless", SCRIPTS / "prints_fast.py", "--seconds", "6",
+                                           "--lines-per-step", "2000", "--width", "500"),
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env())
+    me = psutil.Process(monitor.pid)
+    peak, received = 0, 0
+    while monitor.poll() is None:
+        received += len(monitor.stdout.read1(1 << 20))
+        try:
+            peak = max(peak, me.memory_info().rss)
+        except psutil.Error:
+            break
+    received += len(monitor.stdout.read())
+    assert monitor.returncode == 0
+    assert received > 100 * 2**20  # it was heavy
+    assert peak < 100 * 2**20, f"the monitor's RSS reached {peak / 2**20:.0f} MiB"
+

@@ -78,12 +78,19 @@ DAMAGE = {
     "facts": "UPDATE facts SET value = 'nan nan' WHERE rowid = (SELECT MIN(rowid) FROM facts)",
     "samples": "UPDATE samples SET data = '' WHERE rowid = (SELECT MIN(rowid) FROM samples)",
     "wall": "UPDATE steps SET wall = NULL WHERE step = 2",
+    # values of the right type, out of any range fastmon writes: each named
+    "huge wall": "UPDATE steps SET wall = 1e308 WHERE step = 2",
+    "negative wall": "UPDATE steps SET wall = -5 WHERE step = 2",
+    "samples": "UPDATE steps SET samples = -3 WHERE step = 2",
+    "end time": "UPDATE steps SET t_end = 1e300 WHERE step = 2",
 }
+NAMED = {"huge wall": "a wall time of 1e+308 s", "negative wall": "a wall time of -5 s", "samples": "-3 samples",
+         "end time": "an end time of 1e+300"}
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("command,damage", [(c, d) for c in ("report", "export", "replay") for d in sorted(DAMAGE)
-                                            if (c, d) != ("export", "facts")])  # a trace holds no facts
+@pytest.mark.parametrize("command,damage", [(c, d) for c in ("report", "export", "replay", "compare")
+                                            for d in sorted(DAMAGE)])
 def test_a_damaged_value_in_a_record_is_named_with_65_everywhere(recorded, tmp_path, command, damage):
     import shutil
     import sqlite3
@@ -94,10 +101,12 @@ def test_a_damaged_value_in_a_record_is_named_with_65_everywhere(recorded, tmp_p
     db.execute(DAMAGE[damage])
     db.commit()
     db.close()
-    out = subprocess.run(fastmon_cmd(command, run), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    runs = (recorded, run) if command == "compare" else (run,)
+    out = subprocess.run(fastmon_cmd(command, *runs), cwd=tmp_path, capture_output=True, text=True, timeout=60,
                          env=clean_env(), stdin=subprocess.DEVNULL)
     assert out.returncode == 65, (out.returncode, out.stderr[-2000:])
     assert "cannot read" in out.stderr and "damaged" in out.stderr
+    assert NAMED.get(damage, "") in out.stderr
     assert "Traceback" not in out.stderr
     assert not list(run.glob("trace.json*"))  # no trace cut off where the damage was
 

@@ -122,3 +122,30 @@ def test_an_unknown_tracker_is_refused_and_a_missing_package_is_a_note(run_fastm
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     assert missing_packages(["tensorboard", "wandb"]) == [
         "--log-to wandb: the wandb package is not installed here, so nothing is sent there (pip install wandb)"]
+
+
+@pytest.mark.e2e
+def test_a_tracker_that_never_answers_holds_fastmons_exit_five_seconds_at_most(tmp_path, run_fastmon):
+    # an MLflow tracking server that accepts and never answers: every call hangs (2 min each)
+    import socket
+    import time
+
+    def after_the_script(*log_to, **env) -> tuple[float, str]:
+        out = run_fastmon("run", "--headless", *log_to, SCRIPTS / "trackers.py", "--no-trackers", "--steps", "150",
+                          "--step-ms", "2", env_extra=env)
+        returned = time.time()
+        assert out.returncode == 0, out.stderr
+        return returned - float(out.stdout.split("done at ")[1]), out.stderr
+
+    plain, _ = after_the_script()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        hung, stderr = after_the_script("--log-to", "mlflow",
+                                        MLFLOW_TRACKING_URI=f"http://127.0.0.1:{server.getsockname()[1]}")
+    finally:
+        server.close()
+    assert hung - plain < 5.0, (hung, plain)
+    assert "--log-to mlflow did not answer within 4 s of the training's end" in stderr
+    assert "Traceback" not in stderr

@@ -27,10 +27,9 @@ def run_dashboard(options, exit_on_finish: bool = False) -> tuple[int, Path]:
         printer.stop()
         return code, session.run_dir
     code = session.wait()  # at once if the dashboard's worker already saw the end
-    from fastmon.report import format_text
-    from fastmon.summary import summarize
+    from fastmon.report import summary_text
 
-    sys.stderr.write(format_text(summarize(session.run_dir)) + "\n")
+    sys.stderr.write(summary_text(session.run_dir) + "\n")
     return code, session.run_dir
 
 

@@ -27,6 +27,7 @@ MAX_WORKERS_FLOOR = 16  # search at least this far, even on a 2-core laptop
 MAX_WORKERS_PER_CORE = 4
 WORKER_BATCH_COST_S = 1e-3  # the training process's time to take one batch from a worker
 MIN_GAIN = 1.10  # below this the estimate is within what a live measurement can tell
+CPU_BOUND = 0.5  # loading that keeps the training thread busy this share of its wait is CPU work
 IN_MEMORY_DATASETS = frozenset({"TensorDataset", "StackDataset"})
 
 
@@ -46,34 +47,41 @@ def startup_in_window(window, loader: dict) -> float:
     return min(waits, window.phase_totals["data_wait"])
 
 
+def spare_cores(facts) -> float:
+    """The cores neither torch's threads (its compute keeps that many busy) nor other
+    processes use: where workers' CPU work can run without slowing the training."""
+    return facts.host_cpu_count - torch_threads(facts) - (facts.host_cpu or {}).get("others", 0.0)
+
+
+def torch_threads(facts) -> int:
+    return min(facts.settings.get("threads") or facts.host_cpu_count, facts.host_cpu_count)
+
+
 def predicted_gain(window, total: float, startup: float, current: int, workers: int,
-                   cores: dict | None = None, cpu_count: int = 1) -> float:
+                   cpu_share: float = 0.0, facts=None) -> float:
     """The step's speed-up with ``workers`` workers, the search's first candidate. Loading
     a batch takes the main process its whole wait without workers; with ``current``
     workers kept busy, each takes ``current`` steps to load one. With ``workers``, a step
     takes its compute plus the handover of its batches, or a batch's loading shared
-    among the workers, or the CPU time of a step spread over the cores other jobs leave
-    (``cores``: the trainer's, the workers' and the others' busy cores now), whichever
-    is longest: workers only move CPU work to other cores, if there are free ones."""
+    among the workers, or (``facts`` given: the machine) the loading's CPU work
+    (``cpu_share`` of its wait) on the cores spare beside torch's threads and other
+    processes, whichever is longest. Loading that is CPU work gains nothing without a
+    spare core: a worker there slows every parallel op of torch's, which waits for its
+    slowest thread. (Not counted: torch's compute as CPU to share. Its time under a busy
+    core is mostly its threads waiting to be scheduled, not work: see README *Limits*.)"""
     steps = window.steps
     wait = (window.phase_totals["data_wait"] - startup) / steps
     compute = total / steps - wait
     batches = max(window.timed_steps and window.micro_batches / window.timed_steps, 1.0)
     loading = wait if current == 0 else current * (compute + wait)
-    with_workers = max(compute + WORKER_BATCH_COST_S * batches, loading / workers,
-                       cpu_limited_step(compute + wait, batches, cores, cpu_count))
+    with_workers = max(compute + WORKER_BATCH_COST_S * batches, loading / workers)
+    if facts is not None:
+        spare = spare_cores(facts)
+        if cpu_share >= CPU_BOUND and spare < 1:
+            return 1.0
+        on_spare = loading * cpu_share / spare if cpu_share >= CPU_BOUND and spare < workers else 0.0
+        with_workers = max(with_workers, on_spare)
     return (compute + wait) / with_workers if with_workers > 0 else 1.0
-
-
-def cpu_limited_step(step: float, batches: float, cores: dict | None, cpu_count: int) -> float:
-    """The shortest step the cores left to the training allow: the CPU a step takes now
-    (the trainer's and its workers' busy cores over a step), plus each batch's handover
-    on both sides, over the cores other processes leave free."""
-    if not cores:
-        return 0.0
-    free = max(cpu_count - cores["others"], 0.5)
-    used = (cores["trainer"] + cores["workers"]) * step
-    return (used + 2 * WORKER_BATCH_COST_S * batches) / free
 
 
 def check(window, facts):
@@ -91,15 +99,19 @@ def check(window, facts):
     if not candidates:
         return None
     cores = facts.host_cpu
-    estimate = predicted_gain(window, total, startup, current, candidates[0], cores, facts.host_cpu_count)
+    cpu_share = loader.get("wait_cpu_share") if current == 0 else None  # the loading's CPU, in this process
+    spare = spare_cores(facts)
+    estimate = predicted_gain(window, total, startup, current, candidates[0], cpu_share or 0.0, facts)
     median_ms = window.phase_median["data_wait"] * 1e3
     evidence = (f"data_wait is {share:.0%} of step time (median {median_ms:.1f} ms of a "
                 f"{window.step_median * 1e3:.1f} ms step) with DataLoader(num_workers={current})")
     if startup:
         evidence += f", leaving out {startup:.1f} s of workers starting up"
-    if cores:
-        evidence += (f"; the training keeps {cores['trainer'] + cores['workers']:.1f} of {facts.host_cpu_count} cores "
-                     f"busy" + (f", other processes {cores['others']:.1f}" if cores["others"] >= 0.1 else ""))
+    if cpu_share is not None and cpu_share >= CPU_BOUND:
+        evidence += (f"; the loading is CPU work ({cpu_share:.0%} of the wait), {max(spare, 0.0):.1f} of "
+                     f"{facts.host_cpu_count} cores spare beside torch's {facts.settings.get('threads') or '?'} "
+                     f"threads" + (f" and other processes' {cores['others']:.1f}" if cores and cores["others"] >= 0.1
+                                   else ""))
     if estimate < MIN_GAIN:
         if predicted_gain(window, total, startup, current, candidates[0]) < MIN_GAIN:
             return None  # the wait is too short for a worker's handover

@@ -39,4 +39,4 @@ if not args.no_trackers:
     writer.close()
     run.finish()
     mlflow.end_run()
-print("done")
+print(f"done at {time.time():.3f}", flush=True)
