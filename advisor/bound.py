@@ -18,11 +18,13 @@ LAUNCH_REMEDIES = {
 }
 
 
-def bound(shares: dict, gpu_busy: float | None, on_gpu: bool) -> tuple[str, str] | None:
+def bound(shares: dict, gpu_busy: float | None, on_gpu: bool, typical_data: float | None = None
+          ) -> tuple[str, str] | None:
     """(verdict, the evidence in words), or None where the evidence is missing (a GPU run
-    without NVML's utilization)."""
+    without NVML's utilization). ``typical_data``: the median step's data wait over the
+    median step: data-bound takes both (one slow stretch in a few steps is not a habit)."""
     data, comm = shares.get("data_wait", 0.0), shares.get("comm", 0.0)
-    if data >= DATA_BOUND_SHARE:
+    if data >= DATA_BOUND_SHARE and (typical_data is None or typical_data >= DATA_BOUND_SHARE):
         return DATA, f"{data:.0%} of the step waits for the next batch"
     if comm >= COMM_BOUND_SHARE:
         return COMMUNICATION, f"{comm:.0%} of the step is in collectives"

@@ -3,7 +3,21 @@ torch settings, code-level events) and what the monitor sampled (GPU, host)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+_EPOCHS_ARG = re.compile(r"^--(?:max[-_]|num[-_])?epochs?(?:=(\d+))?$")
+
+
+def epochs_from_argv(argv: list[str]) -> int | None:
+    """``--epochs N`` (or --max-epochs / --num-epochs) in the script's arguments, if any."""
+    for i, arg in enumerate(argv):
+        match = _EPOCHS_ARG.match(arg)
+        if match:
+            value = match.group(1) or (argv[i + 1] if i + 1 < len(argv) else "")
+            if value.isdigit():
+                return int(value)
+    return None
 
 
 @dataclass
@@ -62,6 +76,11 @@ class Facts:
         loaders = self.loaders
         return max(loaders, key=lambda l: (l.get("epochs", 0), l.get("len") or 0, loader_number(l))) if loaders \
             else None
+
+    @property
+    def epochs_asked(self) -> int | None:
+        """The epochs the script's command line asks for (``--epochs N``), if it says."""
+        return epochs_from_argv(list(self.values.get("script_argv") or ()))
 
     def event(self, kind: str) -> dict | None:
         for event in self.events:

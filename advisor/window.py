@@ -199,6 +199,11 @@ class Window:
         return self.steps / self.wall if self.wall > 0 else 0.0
 
     @property
+    def typical_data_wait(self) -> float | None:
+        """The median step's wait for data over the median step (None without timed steps)."""
+        return self.phase_median["data_wait"] / self.step_median if self.timed_steps and self.step_median else None
+
+    @property
     def samples_per_s(self) -> float:
         return self.samples / self.wall if self.wall > 0 else 0.0
 

@@ -35,7 +35,8 @@ def status_line(view, argv: list[str] = ()) -> str:
     parts = [f"[fastmon] {clock(view.elapsed())} step {steps}"
              + (f" epoch {epoch}" + (f"/{epochs}" if epochs else "") if epoch else "")
              + (f" ETA {clock(eta)}" if eta is not None else ""),
-             f"{window.steps_per_s:.1f} steps/s", f"{window.samples_per_s:,.0f} samples/s"]
+             f"{window.steps_per_s:.1f} steps/s",
+             f"{window.samples_per_s:,.0f} samples/s" if window.samples else "samples unknown"]
     if shares:
         parts.append(shares)
     trainer = [p["rss"] for p in view.host.get("processes") or () if p.get("role") == "trainer"]

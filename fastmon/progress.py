@@ -3,27 +3,11 @@ left at the current rate. Shared by the dashboard's header and the headless line
 
 from __future__ import annotations
 
-import re
-
-from fastmon.advisor.facts import Facts
-
-_EPOCHS_ARG = re.compile(r"^--(?:max[-_]|num[-_])?epochs?(?:=(\d+))?$")
-
+from fastmon.advisor.facts import Facts, epochs_from_argv
 
 def script_args(target: list[str]) -> list[str]:
     """The script's own arguments in ``[script, *args]`` or ``["-m", module, *args]``."""
     return list(target[2:] if target[:1] == ["-m"] else target[1:])
-
-
-def epochs_from_argv(argv: list[str]) -> int | None:
-    """``--epochs N`` (or --max-epochs / --num-epochs) in the script's arguments, if any."""
-    for i, arg in enumerate(argv):
-        match = _EPOCHS_ARG.match(arg)
-        if match:
-            value = match.group(1) or (argv[i + 1] if i + 1 < len(argv) else "")
-            if value.isdigit():
-                return int(value)
-    return None
 
 
 def progress(facts: dict, argv: list[str], steps: int, steps_per_s: float, running: bool):

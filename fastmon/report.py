@@ -151,9 +151,11 @@ def format_text(s: dict) -> str:
     exit_code = s.get("exit_code")
     lines.append(f"fastmon report — {s.get('script') or '?'}  ({s['run']})")
     steady = "steady run " if s.get("steady_steps", s["steps"]) < s["steps"] else ""
+    samples = (f"{s['samples_per_s']:,.1f} samples/s" if s.get("samples") else
+               "samples unknown (no DataLoader batch and no model input seen)")
     lines.append(
         f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {steady}{s['steps_per_s']:.2f} steps/s · "
-        f"{s['samples_per_s']:,.1f} samples/s · {ending(exit_code)}")
+        f"{samples} · {ending(exit_code)}")
     lines.append(f"  step time median {s['step_ms']['median']:.2f} ms, p90 {s['step_ms']['p90']:.2f} ms")
     lines += startup_lines(s)
     for event in s.get("spawned_training") or []:

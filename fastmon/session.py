@@ -27,6 +27,7 @@ from fastmon.channel import ChannelServer
 from fastmon.experiments import ExperimentRunner, LoaderFigures
 from fastmon.live_state import LiveState, LiveView, RankState, cpu_use, training_rss
 from fastmon.printed_loss import printed_losses
+from fastmon.progress import script_args
 from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.sample_count import samples_in_first
@@ -349,7 +350,8 @@ class Session:
     def _facts(self, rows: list) -> Facts:
         """What the rules read about the run; the GPU samples are those of ``rows``' time."""
         state = self._state
-        return Facts(values=dict(state.facts, script=" ".join(self.options.target)), events=list(state.events),
+        return Facts(values=dict(state.facts, script=" ".join(self.options.target),
+                                 script_argv=script_args(self.options.target)), events=list(state.events),
                      gpu=samples_during(state.gpu, rows_span(rows)), host_cpu_count=os.cpu_count() or 1,
                      host_cpu=cpu_during(state.cpu, rows_span(rows)),
                      ranks=max(len(state.ranks), 1))

@@ -331,12 +331,15 @@ def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) ->
     devices = summary["gpu"].get("devices") or []
     busy = devices[0].get("util_in_steps") if devices else None
     now = (summary.get("changes") or {}).get("after") or summary  # the run as it is after fastmon's changes
-    verdict = bound(now["phases"], busy, on_gpu)
+    step_median = now["step_ms"]["median"]
+    typical = now["phase_ms"]["data_wait"]["median"] / step_median if step_median else None
+    verdict = bound(now["phases"], busy, on_gpu, typical)
     out: dict = {"bound": verdict[0] if verdict else None,
                  "bound_why": verdict[1] if verdict else "no GPU utilization was sampled during the steps",
                  "gpu_busy_in_steps": busy}
     if verdict and verdict[0] == LAUNCH:
-        compiled = bool(summary.get("compile")) or "model.OptimizedModule" in facts  # the latter: older records
+        compiled = bool(summary.get("compile")) or "model.OptimizedModule" in facts or any(
+            (v or {}).get("wrapper") == "torch.compile" for k, v in facts.items() if k.startswith("model."))
         out["remedies"] = launch_remedies(compiled)
     count = first_count(events)
     step = count["from_step"] if count else None

@@ -9,10 +9,15 @@ while tracing: the rest of the hook is never traced. Eager cost: ~80 ns a call.
 
 Dynamo's counters (``torch._dynamo.utils.counters``) are read from the publisher's thread,
 and only once the script itself has imported dynamo: the probe never imports it.
+Recompilations are counted from dynamo's record of each compilation
+(``get_compilation_metrics()``: the last 64, each with its compile id "frame/attempt" and
+its recompile reason), which every release fills; its ``counters["recompiles"]`` is
+empty on torch 2.13 (a loop that recompiled five times read 0).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 from torch.compiler import is_compiling  # noqa: F401
@@ -20,7 +25,58 @@ from torch.compiler import is_compiling  # noqa: F401
 REASONS_KEPT = 8  # distinct graph-break and recompile reasons sent in the fact
 
 
-def dynamo_counters() -> dict | None:
+class Recompiles:
+    """Dynamo's recompilations so far, counted from its record of compilations as they
+    come (it keeps the last 64): each one's reason and the code it recompiled."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.reasons: list[str] = []  # the latest REASONS_KEPT distinct ones
+        self.where: str | None = None  # the code recompiled last: file:line
+        self._last = None  # the newest compilation seen
+
+    def update(self, utils) -> None:
+        getter = getattr(utils, "get_compilation_metrics", None)
+        if getter is None:
+            return
+        metrics = getter()
+        seen = next((i for i in range(len(metrics) - 1, -1, -1) if metrics[i] is self._last), None)
+        new = metrics if seen is None else metrics[seen + 1:]
+        if new:
+            self._last = new[-1]
+        for compilation in new:
+            if not is_recompilation(compilation):
+                continue
+            self.count += 1
+            reason, line = guard_text(getattr(compilation, "recompile_reason", None) or "a guard failed")
+            if reason not in self.reasons:
+                self.reasons = (self.reasons + [reason])[-REASONS_KEPT:]
+            filename = getattr(compilation, "co_filename", None)
+            if filename:
+                self.where = f"{filename}:{line or getattr(compilation, 'co_firstlineno', None)}"
+
+
+def guard_text(reason: str) -> tuple[str, int | None]:
+    """Dynamo's recompile reason ("0/4: mode == 'e'  # <source>  # <file>:14 in f") as the
+    guard that failed and the line it guards: ("mode == 'e'", 14)."""
+    first = first_line(reason).split("\n")[0]
+    guard, *comments = first.split("#")
+    guard = guard.split(": ", 1)[1] if re.match(r"^\d+/\d+: ", guard) else guard
+    line = next((int(m.group(1)) for c in comments if (m := re.search(r":(\d+) in ", c))), None)
+    return " ".join(guard.split()), line
+
+
+def is_recompilation(compilation) -> bool:
+    """A compilation of code compiled before: its reason is set (2.5+), or its compile id's
+    attempt ("frame/attempt") is past the first."""
+    if getattr(compilation, "recompile_reason", None):
+        return True
+    compile_id = str(getattr(compilation, "compile_id", "") or "")
+    attempt = compile_id.split("/")[1] if "/" in compile_id else ""
+    return attempt.split("_")[0].isdigit() and int(attempt.split("_")[0]) > 0
+
+
+def dynamo_counters(recompiles: Recompiles | None = None) -> dict | None:
     """Graphs, graph breaks and recompilations so far, with their reasons; None when
     dynamo has not been used in this process."""
     utils = sys.modules.get("torch._dynamo.utils")
@@ -33,13 +89,17 @@ def dynamo_counters() -> dict | None:
     if not stats.get("unique_graphs"):
         return None
     breaks = dict(counters.get("graph_break", {}))
-    recompiles = dict(counters.get("recompiles", {}))
+    counted = dict(counters.get("recompiles", {}))  # filled by some releases, not by 2.13
+    recompiles = recompiles or Recompiles()
+    recompiles.update(utils)
+    reasons = recompiles.reasons or [first_line(reason) for reason in list(counted)[:REASONS_KEPT]]
     return {
         "graphs": int(stats.get("unique_graphs", 0)),
         "graph_breaks": int(sum(breaks.values())),
         "graph_break_reasons": [first_line(reason) for reason in list(breaks)[:REASONS_KEPT]],
-        "recompiles": int(sum(recompiles.values())),
-        "recompile_reasons": [first_line(reason) for reason in list(recompiles)[:REASONS_KEPT]],
+        "recompiles": max(recompiles.count, int(sum(counted.values()))),
+        "recompile_reasons": reasons,
+        "recompiled_at": recompiles.where,
         "compile_seconds": compile_seconds(utils),
     }
 
@@ -81,6 +141,7 @@ class CompileWatch:
         self.probe = probe
         self.graphs = 0
         self.checked_step = 0  # the step in progress at the last look
+        self.recompiles = Recompiles()
 
     def at_step_end(self, step: int) -> None:
         """Timed step ``step`` has ended."""
@@ -97,7 +158,7 @@ class CompileWatch:
             self.probe.event("compiled", from_step=min(self.checked_step, step_in_progress), to_step=step_in_progress,
                              graphs=graphs)
         self.checked_step = step_in_progress
-        counters = dynamo_counters()
+        counters = dynamo_counters(self.recompiles)
         if counters is not None:
             self.probe.fact("compile", counters)  # sent when it changed
 

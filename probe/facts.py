@@ -21,6 +21,8 @@ def describe_model(module: torch.nn.Module) -> dict:
         wrapper, inner = "DataParallel", module.module
     elif isinstance(module, torch.nn.parallel.DistributedDataParallel):
         wrapper, inner = "DistributedDataParallel", module.module
+    elif isinstance(getattr(module, "_orig_mod", None), torch.nn.Module):
+        wrapper, inner = "torch.compile", module._orig_mod  # an OptimizedModule: the user's model inside
     modules = list(inner.modules())
     return {
         "class": type(inner).__name__,

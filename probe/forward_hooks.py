@@ -380,7 +380,7 @@ class ForwardPart(Part):
             described = facts.describe_model(module)
             if described["sequence_first"]:
                 self.sequence_first.add(key)
-            probe.fact(f"model.{type(module).__name__}", described)
+            probe.fact(f"model.{described['class']}", described)  # the model as the user wrote it
         if probe.dist_part is not None and isinstance(module, torch.nn.parallel.DistributedDataParallel):
             probe.dist_part.watch_ddp(module)
             probe.ddp_watch = probe.dist_part

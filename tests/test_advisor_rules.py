@@ -365,3 +365,21 @@ def test_a_per_step_item_that_waits_little_is_still_named_as_a_suggestion():
     assert short.kind == "suggestion" and short.location == "matmul.py:20"
     assert short.evidence.startswith("1.0 host-device syncs per step, 0.6% of step time (item at matmul.py:20)")
     assert long["sync.per_step"].kind == "problem"
+
+
+def test_a_cost_paid_at_each_epoch_start_is_a_problem_only_where_more_epochs_come():
+    # pytorch/examples' dcgan for one epoch was told to keep its workers alive "between epochs"
+    loader = dict(LOADER, num_workers=4, epochs=1, startups=[[0, 0.8]], len=50)
+    one = fired(rows(), facts(loader=loader))["dataloader.persistent_workers"]
+    assert one.kind == "suggestion" and "one epoch so far" in one.evidence
+    asked = facts(loader=loader, script_argv=["--epochs", "5"])
+    assert fired(rows(), asked)["dataloader.persistent_workers"].kind == "problem"
+    assert fired(rows(), facts(loader=dict(loader, epochs=2)))["dataloader.persistent_workers"].kind == "problem"
+
+
+def test_one_slow_stretch_among_a_few_steps_is_not_data_bound():
+    # 10 manual SGD steps, no data loaded, one 8 ms outlier counted as the batch function's wait
+    from fastmon.advisor.bound import bound
+
+    assert bound({"data_wait": 0.6}, None, False, typical_data=0.01)[0] == "compute-bound"
+    assert bound({"data_wait": 0.6}, None, False, typical_data=0.55)[0] == "data-bound"

@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 
-from conftest import ROOT, run_dirs
+from conftest import ROOT, SCRIPTS, run_dirs
 
 CLIENTS = ROOT / "tests" / "clients"
 
@@ -79,6 +79,22 @@ def test_a_client_is_counted_exactly_and_described_rightly(run_fastmon, report, 
         assert {"optimizer.Adam", "optimizer.Adam.2"} <= set(facts)
     if client == "sequence_first.py":
         assert facts["model.RNNModel"]["sequence_first"] is True
+
+
+@pytest.mark.e2e
+def test_recompilations_are_counted_as_dynamo_logs_them_and_advised_at_their_line(run_fastmon, report):
+    # dynamo's counters["recompiles"] stays empty on torch 2.13: a loop recompiling five
+    # times was reported "0 recompilations" and the rule could never fire
+    out = run_fastmon("run", "--headless", SCRIPTS / "recompiles.py", timeout=280,
+                      env_extra={"TORCH_LOGS": "recompiles"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    logged = out.stderr.count("Recompiling function")
+    summary = report()
+    assert logged == 5 and summary["compile"]["recompiles"] == logged
+    assert "mode ==" in summary["compile"]["recompile_reasons"][-1]  # the guard that failed, as dynamo says it
+    advice = {a["id"]: a for a in summary["advice"]}["compile_recompiles"]
+    # the guarded line where dynamo names it (torch 2.13: 14), else the compiled function's (11)
+    assert re.search(r"recompiles\.py:(14|11)$", advice["location"]) and "5 recompilations" in advice["evidence"]
 
 
 @pytest.mark.e2e

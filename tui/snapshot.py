@@ -146,7 +146,8 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     snap.compute = flops_figures(flops_count, counted_samples(flops_count, rows), run.get("steps_per_s", 0.0),
                                  run.get("samples_per_s", 0.0), facts)
     on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
-    snap.bound = bound(snap.recent.shares, gpu_busy, on_gpu) if snap.recent.steps else None
+    typical = snap.recent.typical_data_wait if snap.recent.steps else None
+    snap.bound = bound(snap.recent.shares, gpu_busy, on_gpu, typical) if snap.recent.steps else None
     return snap
 
 

@@ -31,5 +31,5 @@ def check(window, facts):
         fix="torch.compile(model, dynamic=True), or torch._dynamo.mark_dynamic(x, dim) on the varying dimension; "
             "a Python number that changes each step, read in the compiled code: pass it as a tensor",
         why="each recompilation costs seconds, and past the cache limit (8) the code runs uncompiled",
-        location=called.get("location"), confidence="high",
+        location=compiled.get("recompiled_at") or called.get("location"), confidence="high",
     )

@@ -12,7 +12,7 @@ epoch.
 """
 
 from fastmon.advisor.knobs import loader_setting
-from fastmon.advisor.types import HOT_APPLY, Advice, Apply, amdahl
+from fastmon.advisor.types import HOT_APPLY, PROBLEM, SUGGESTION, Advice, Apply, amdahl
 
 ID = "dataloader.persistent_workers"
 MIN_STARTUP_S = 0.2
@@ -54,11 +54,14 @@ def check(window, facts):
         return None
     startup, fraction = stall
     loader = facts.training_loader()
+    # a cost paid at each epoch start: a problem where a second epoch begins (or is asked for)
+    more_epochs = (loader.get("epochs") or 0) >= 2 or (facts.epochs_asked or 0) > 1
     return Advice(
         ID, "Keep DataLoader workers alive between epochs",
         f"each epoch waits {startup:.2f} s in iter() and for its first batch while "
-        f"{loader['num_workers']} workers start again ({fraction:.0%} of an epoch)",
-        round(amdahl(fraction), 2), HOT_APPLY,
+        f"{loader['num_workers']} workers start again ({fraction:.0%} of an epoch)"
+        + ("" if more_epochs else "; one epoch so far, and no --epochs seen: a cost only if more follow"),
+        round(amdahl(fraction), 2), HOT_APPLY, kind=PROBLEM if more_epochs else SUGGESTION,
         fix=loader_setting(facts, persistent_workers=True),
         why="workers are started and the dataset re-initialised in them at every epoch",
         location=loader.get("location"), apply=Apply("loader", {"persistent_workers": True}),
