@@ -34,6 +34,7 @@ class Recompiles:
         self.reasons: list[str] = []  # the latest REASONS_KEPT distinct ones
         self.where: str | None = None  # the code recompiled last: file:line
         self._last = None  # the newest compilation seen
+        self._counted: set[str] = set()  # the compile ids counted
 
     def update(self, utils) -> None:
         getter = getattr(utils, "get_compilation_metrics", None)
@@ -45,10 +46,13 @@ class Recompiles:
         if new:
             self._last = new[-1]
         for compilation in new:
-            if not is_recompilation(compilation):
-                continue
+            compile_id = str(getattr(compilation, "compile_id", "") or id(compilation))
+            if not is_recompilation(compilation) or compile_id in self._counted:
+                continue  # (torch 2.4 records some compilations twice, under one id)
+            self._counted.add(compile_id)
             self.count += 1
-            reason, line = guard_text(getattr(compilation, "recompile_reason", None) or "a guard failed")
+            reason, line = guard_text(getattr(compilation, "recompile_reason", None)
+                                      or "a guard failed (this torch does not record which)")
             if reason not in self.reasons:
                 self.reasons = (self.reasons + [reason])[-REASONS_KEPT:]
             filename = getattr(compilation, "co_filename", None)

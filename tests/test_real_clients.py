@@ -91,7 +91,8 @@ def test_recompilations_are_counted_as_dynamo_logs_them_and_advised_at_their_lin
     logged = out.stderr.count("Recompiling function")
     summary = report()
     assert logged == 5 and summary["compile"]["recompiles"] == logged
-    assert "mode ==" in summary["compile"]["recompile_reasons"][-1]  # the guard that failed, as dynamo says it
+    reason = summary["compile"]["recompile_reasons"][-1]  # the guard that failed, where dynamo says it (2.5+)
+    assert "mode ==" in reason or (torch_before(2, 5) and reason.startswith("a guard failed"))
     advice = {a["id"]: a for a in summary["advice"]}["compile_recompiles"]
     # the guarded line where dynamo names it (torch 2.13: 14), else the compiled function's (11)
     assert re.search(r"recompiles\.py:(14|11)$", advice["location"]) and "5 recompilations" in advice["evidence"]
@@ -166,3 +167,10 @@ def test_nanogpt_as_published_is_counted_exactly_and_its_flops_match_its_own_for
     formula = (6 * params + 12 * layers * heads * (width // heads) * tokens) * tokens * NANOGPT_SMALL["batch_size"]
     assert summary["compute"]["flops_per_step"] == pytest.approx(formula, rel=0.02)  # 365.1 vs 366.1 MFLOP
     assert [a["id"] for a in summary["advice"] if a["kind"] == "problem"] == []
+
+
+def torch_before(major: int, minor: int) -> bool:
+    import torch
+
+    return tuple(int(part) for part in torch.__version__.split(".")[:2]) < (major, minor)
+
