@@ -287,3 +287,15 @@ async def test_the_quit_dialogs_buttons_show_their_keys(tmp_path):
         await pilot.pause(0.2)
         labels = [str(button.label) for button in app.screen.query(Button)]
     assert labels == ["Stop training [s]", "Detach, let it finish [d]", "Stay [esc]"]
+
+
+async def test_the_s_key_saves_the_screen_in_the_run_folder_readable_by_its_owner_alone(tmp_path):
+    import os
+
+    app, folder = replay(tmp_path, DEMO)
+    async with app.run_test(size=(110, 35)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await pilot.pause(0.3)
+    (svg,) = folder.glob("screen-*.svg")
+    assert svg.read_text().startswith("<svg") and os.stat(svg).st_mode & 0o777 == 0o600

@@ -10,6 +10,7 @@ import pty
 import re
 import select
 import shutil
+import sqlite3
 import struct
 import subprocess
 import termios
@@ -557,3 +558,43 @@ def test_detaching_in_a_terminal_leaves_the_training_running_with_its_status_lin
     assert re.search(r"\[fastmon\] [\d:]+ step \d+ \| [\d.]+ steps/s", after)  # the headless status lines
     assert "step 499" in after  # the script's output, passed through
     assert done.read_text() == "finished 500 steps\n"
+
+
+@pytest.mark.e2e
+def test_ctrl_c_after_detaching_stops_the_training_with_its_summary(tmp_path):
+    # after Detach the terminal is the training's again: Ctrl-C there stops it as in a
+    # headless run (exit 130, the summary, no traceback), and the record knows its end
+    terminal = Terminal()
+    script = ROOT / "tests" / "scripts" / "slow_steps.py"
+
+    def own_terminal():  # a session whose controlling terminal is the pty: Ctrl-C there is SIGINT
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(fastmon_cmd("run", "--runs-dir", tmp_path / "runs", script, "--steps", 3000,
+                                        "--step-ms", 20),
+                            stdin=terminal.slave, stdout=terminal.slave, stderr=terminal.slave, cwd=tmp_path,
+                            env=clean_env(TERM="xterm-256color"), preexec_fn=own_terminal)
+    os.close(terminal.slave)
+    try:
+        terminal.read_for(3.0)
+        os.write(terminal.master, b"q")
+        assert terminal.read_until(b"Detach, let it finish", 20)
+        terminal.read_for(1.0)
+        os.write(terminal.master, b"q")
+        assert terminal.read_until(b"(Ctrl-C stops it)", 20)
+        terminal.read_for(2.0)
+        os.write(terminal.master, b"\x03")
+        while proc.poll() is None and terminal.read_for(0.5):
+            pass
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    terminal.read_for(0.5)
+    after = terminal.shown.decode("utf-8", "replace").split("(Ctrl-C stops it)")[1]
+    assert "fastmon report" in after and "exit code 130 (killed by SIGINT)" in after, after[-2000:]
+    assert "Traceback" not in after.split("KeyboardInterrupt")[-1]  # the script's own, as python prints it
+    (run,) = (tmp_path / "runs").iterdir()
+    meta = dict(sqlite3.connect(run / "run.sqlite").execute("SELECT key, value FROM meta"))
+    assert meta["exit_code"] == "130" and meta["ended"] != "null"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from textual import on, work
@@ -270,6 +271,7 @@ class FastmonApp(App[str | None]):
         try:
             path = self.save_screenshot(filename=f"screen-{time.strftime('%Y%m%d-%H%M%S')}.svg",
                                         path=str(self.source.run_dir))
+            os.chmod(path, 0o600)  # as everything else in the run folder: what the script printed is on it
         except OSError as exc:
             self.notify(f"Could not save the screen: {exc}", severity="error")
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -20,11 +21,19 @@ def run_dashboard(options, exit_on_finish: bool = False) -> tuple[int, Path]:
     if result == "detach" and session.view.status == "running":
         # The dashboard is gone; the training finishes here, headless, still recorded.
         session.passthrough = True
-        sys.stderr.write(f"[fastmon] detached: the training goes on, recorded in {session.run_dir}\n")
+        # Ctrl-C now reaches the training from the terminal, as in a headless run; the
+        # monitor stays to record its end and print the summary
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, lambda *_: None)
+        sys.stderr.write(f"[fastmon] detached: the training goes on, recorded in {session.run_dir} "
+                         "(Ctrl-C stops it)\n")
         printer = StatusPrinter(session)
         printer.start()
         code = session.wait()
         printer.stop()
+        from fastmon.report import summary_text
+
+        sys.stderr.write("\n" + summary_text(session.run_dir) + "\n")  # as a headless run ends
         return code, session.run_dir
     code = session.wait()  # at once if the dashboard's worker already saw the end
     from fastmon.report import summary_text
