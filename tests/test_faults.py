@@ -393,3 +393,28 @@ def test_heavy_output_headless_keeps_the_monitor_small(tmp_path):
     assert received > 100 * 2**20  # it was heavy
     assert peak < 100 * 2**20, f"the monitor's RSS reached {peak / 2**20:.0f} MiB"
 
+
+@pytest.mark.e2e
+def test_a_worker_that_exits_ends_the_training_as_under_python_with_its_steps_recorded(tmp_path):
+    script = SCRIPTS / "worker_exits.py"
+    bare = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120, env=clean_env())
+    under = subprocess.run(fastmon_cmd("run", "--headless", script), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=240, env=clean_env())
+    assert bare.returncode == under.returncode == 1  # (torch words the worker's loss one of two ways, by timing)
+    frames = [line for line in under.stderr.splitlines() if line.startswith('  File "')]
+    assert not [line for line in frames if of_fastmon(line)] and "Exception ignored in atexit" not in under.stderr
+    summary = json.loads(subprocess.run(fastmon_cmd("report", "--json"), cwd=tmp_path, capture_output=True,
+                                        text=True, timeout=60, env=clean_env()).stdout)
+    assert summary["steps"] >= 300 and summary["record_lacks"] is None  # it ended through python: all sent
+
+
+@pytest.mark.e2e
+def test_a_tmpdir_too_long_for_a_socket_runs(tmp_path):
+    long_tmp = tmp_path / ("t" * 190)
+    long_tmp.mkdir()
+    out = subprocess.run(fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "20", "--step-ms", "5"),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=clean_env(TMPDIR=str(long_tmp)))
+    assert out.returncode == 0 and "step 19" in out.stdout and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "the record holds every step the probe made (20)" in out.stderr
+
