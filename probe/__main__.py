@@ -13,6 +13,7 @@ import traceback
 import zipfile
 
 import fastmon
+from fastmon.probe.exit_signals import script_signals_set_aside
 
 EXIT_USAGE = 2
 # The probe's hooks and what they call: no frame of the user's traceback is in here.
@@ -22,10 +23,11 @@ FASTMON_DIRS = tuple({os.path.dirname(os.path.abspath(path)) + os.sep for path i
 def _print_user_traceback(exc: BaseException) -> None:
     """The traceback as python would print it: without runpy's frames before the script's,
     nor fastmon's wherever its hooks stood between the script and torch."""
-    report = traceback.TracebackException.from_exception(exc)
-    _drop_own_frames(report, set())
-    sys.stderr.write("".join(report.format()))
-    sys.stderr.flush()
+    with script_signals_set_aside():
+        report = traceback.TracebackException.from_exception(exc)
+        _drop_own_frames(report, set())
+        sys.stderr.write("".join(report.format()))
+        sys.stderr.flush()
 
 
 def _drop_own_frames(report, seen: set) -> None:

@@ -16,6 +16,7 @@ from fastmon.probe.autograd_hooks import BackwardPart
 from fastmon.probe.clock import StepClock
 from fastmon.probe.code_checks import CodeChecksPart
 from fastmon.probe.compiling import CompileWatch
+from fastmon.probe.exit_signals import script_signals_set_aside
 from fastmon.probe.flop_count import FlopCount
 from fastmon.probe.forward_hooks import ForwardPart
 from fastmon.probe.guard import Part, describe
@@ -119,7 +120,8 @@ class Probe:
         """At the interpreter's exit (atexit): the last steps and the bye. Never raises:
         whatever happens here, the script's exit is python's."""
         try:
-            self._close()
+            with script_signals_set_aside():
+                self._close()
         except BaseException:  # noqa: BLE001 - an exit's last words are the script's, never fastmon's
             pass
 
