@@ -3,7 +3,7 @@
 ``advise(window, facts) -> list[Advice]``; no I/O, deterministic. One rule per module in
 ``rules/``, each with a stable id, named thresholds and a what/why/fix docstring.
 
-May import: the standard library and ``fastmon.phases``. Never torch, textual, the
+May import: the standard library and the shared vocabulary ``fastmon.common``. Never torch, textual, the
 probe or the TUI (checked by tests/test_layering.py).
 """
 

@@ -15,7 +15,7 @@ import itertools
 import operator
 from dataclasses import dataclass, field
 
-from fastmon.phases import COLUMN, PHASES
+from fastmon.common.phases import COLUMN, PHASES
 
 # Where a DDP rank waits for the slowest one: gradient all-reduce (inside backward), syncs, collectives.
 WAIT_PHASES = ("backward", "sync", "comm")

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fastmon.verdicts import params_text
+from fastmon.common.verdicts import params_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "benchmarks" / "advice_corpus"

@@ -56,7 +56,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fastmon.phases import STEP_FIELDS
+from fastmon.common.phases import STEP_FIELDS
 from fastmon.probe.sampling import TIME_ALL_FIRST
 from fastmon.records import RunRecord
 

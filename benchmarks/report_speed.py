@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.common.phases import PHASES, STEP_FIELDS
 from fastmon.records import RECORD_FILE, SCHEMA
 
 

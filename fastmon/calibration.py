@@ -8,10 +8,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
+
+from fastmon.common.machine import cpu_name
 
 GPU_SIZE, CPU_SIZE = 8192, 2048  # square products: large enough to run at the chip's pace
 REPEATS = 10  # timed products per dtype, after as many untimed
@@ -19,18 +20,6 @@ REPEATS = 10  # timed products per dtype, after as many untimed
 
 def cache_file() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fastmon" / "calibration.json"
-
-
-def cpu_name() -> str:
-    """The CPU's model as /proc/cpuinfo names it (the probe's environment fact carries it too)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return "CPU " + line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "CPU " + (platform.processor() or platform.machine())
 
 
 def load() -> dict:

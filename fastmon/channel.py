@@ -2,7 +2,7 @@
 
 A socket path rather than an inherited socketpair, because under torchrun the probes
 are grandchildren and several of them (one per rank) connect. Each connection speaks
-length-prefixed JSON frames (``fastmon.wire``); the first message says which rank it is
+length-prefixed JSON frames (``fastmon.common.wire``); the first message says which rank it is
 and carries the run's secret, which the probes inherit in their environment
 (``FASTMON_SECRET``, never on a command line). A connection without it, with a frame that
 cannot be read, or claiming a rank already connected is closed and counted (``refused``);
@@ -24,7 +24,7 @@ import socket
 import tempfile
 import threading
 
-from fastmon import wire
+from fastmon.common import wire
 
 HELLO_MAX = 4096  # bytes a connection may send before it has shown the secret
 SOCKET_PATH_MAX = 100  # of the 107 a Unix socket's path may hold (sun_path), with room to spare

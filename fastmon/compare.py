@@ -1,17 +1,17 @@
 """``fastmon compare``: two recorded runs side by side, whether the second is faster,
 slower or no different beyond noise (by the rule that judges a live change,
-``fastmon.verdicts``), what explains it, and the CI guard's exit code."""
+``fastmon.common.verdicts``), what explains it, and the CI guard's exit code."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fastmon.phases import PHASES
+from fastmon.common.phases import PHASES
 from fastmon.records import RunRecord
 from fastmon.report import mib
 from fastmon.step_table import StepTable
 from fastmon.summary import slowed_steps, steady_left_out, summarize
-from fastmon.verdicts import BETWEEN_RUNS_NOISE, NO_CHANGE, SLOWER, change_text, is_recommended, judge, rate_error, \
+from fastmon.common.verdicts import BETWEEN_RUNS_NOISE, NO_CHANGE, SLOWER, change_text, is_recommended, judge, rate_error, \
     rates_text, result_text, speed_interval
 
 BLOCKS = 10  # a run's steady steps in this many blocks: their spread is its noise

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from fastmon.trial_measure import (Measured, Schedule, StartupCost, measure, paired, paired_change, pooled,
                                    speed_change)
-from fastmon.verdicts import FASTER, NO_CHANGE, NOISE, NOT_JUDGED, NOT_MEASURED, ExperimentState, judge
+from fastmon.common.verdicts import FASTER, NO_CHANGE, NOISE, NOT_JUDGED, NOT_MEASURED, ExperimentState, judge
 
 BASELINE_STEPS = 20
 BASELINE_SECONDS = 1.0

@@ -8,11 +8,12 @@ import threading
 
 from fastmon.advisor import Window, recent
 from fastmon.advisor.types import SUGGESTION, gain_text
-from fastmon.phases import PHASE_LABELS, PHASES
+from fastmon.common.phases import PHASE_LABELS, PHASES
+from fastmon.common.run_status import RunStatus
 from fastmon.progress import progress, script_args
 from fastmon.report import clock, gib, known, profile_lines, si, spawned_line
 from fastmon.summary import counted_samples, current_rows, first_count, flops_figures
-from fastmon.verdicts import APPLYING, OPEN, result_text
+from fastmon.common.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
 STATUS_WINDOW = 50
@@ -31,7 +32,7 @@ def status_line(view, argv: list[str] = ()) -> str:
         return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
     window = Window.from_rows(recent(current_rows(list(rows), list(view.applied), rank0.left_out), STATUS_WINDOW))
     shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
-    epoch, epochs, eta = progress(view.facts, list(argv), steps, window.steps_per_s, view.status == "running")
+    epoch, epochs, eta = progress(view.facts, list(argv), steps, window.steps_per_s, view.status == RunStatus.RUNNING)
     parts = [f"[fastmon] {clock(view.elapsed())} step {steps}"
              + (f" epoch {epoch}" + (f"/{epochs}" if epochs else "") if epoch else "")
              + (f" ETA {clock(eta)}" if eta is not None else ""),

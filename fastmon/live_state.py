@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from fastmon.phases import StepRow
+from fastmon.common.phases import StepRow
+from fastmon.common.run_status import RunStatus
 from fastmon.summary import rates
 
 HISTORY = 20_000  # step rows kept in memory per rank for the screens
@@ -83,7 +84,7 @@ class RankView:
 
 @dataclass
 class LiveState:
-    status: str = "starting"  # starting, running, finished, crashed
+    status: RunStatus = RunStatus.STARTING
     exit_code: int | None = None
     started: float = field(default_factory=time.time)
     ended: float | None = None
@@ -126,7 +127,7 @@ class LiveState:
 class LiveView:
     """The state at one moment; nothing in it changes after it is published."""
 
-    status: str = "starting"
+    status: RunStatus = RunStatus.STARTING
     exit_code: int | None = None
     started: float = 0.0
     ended: float | None = None

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from fastmon.advisor import Window
-from fastmon.phases import PHASES
+from fastmon.common.phases import PHASES
 
 TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}  # name -> the package it needs
 LOG_EVERY = 5.0  # seconds between two points of each series

@@ -13,7 +13,7 @@ from fastmon.advisor.facts import Facts
 from fastmon.advisor.knobs import LIGHTNING, PLAIN, framework, loader_setting
 from fastmon.advisor.rules import BY_ID
 from fastmon.advisor.types import AFTER_IMPORT, BY_HAND, KEYWORDS, REPLACE_CALL, Permanent
-from fastmon.verdicts import FASTER, params_text
+from fastmon.common.verdicts import FASTER, params_text
 
 # A loader setting that does nothing without another: kept beside it, said so
 NEEDS = {"persistent_workers": "num_workers", "prefetch_factor": "num_workers"}

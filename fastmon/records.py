@@ -11,8 +11,8 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
-from fastmon.phases import PHASES, STEP_FIELDS, StepRow
-from fastmon.verdicts import STATUSES, advice_status
+from fastmon.common.phases import PHASES, STEP_FIELDS, StepRow
+from fastmon.common.verdicts import STATUSES, advice_status
 
 FLUSH_EVERY = 0.5
 RECORD_FILE = "run.sqlite"

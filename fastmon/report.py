@@ -5,8 +5,8 @@ from __future__ import annotations
 import signal
 
 from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
-from fastmon.phases import PHASES
-from fastmon.verdicts import ExperimentState, is_recommended, measured_text, params_text, rates_text, result_text
+from fastmon.common.phases import PHASES
+from fastmon.common.verdicts import ExperimentState, is_recommended, measured_text, params_text, rates_text, result_text
 
 
 def mib(n) -> str:

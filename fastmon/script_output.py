@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from fastmon.probe.output import OUTPUT_LOG
+from fastmon.common.handover import OUTPUT_LOG
 
 OUTPUT_KEPT = 256 * 2**20  # bytes of the script's output recorded (all of it passes through)
 EXIT_GRACE_S = 0.5  # after the script's exit, quiet pipes this long are held by a helper

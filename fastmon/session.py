@@ -24,21 +24,22 @@ from pathlib import Path
 from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent
 from fastmon.channel import ChannelServer
+from fastmon.common.handover import OUTPUT_FDS_ENV
+from fastmon.common.run_status import RunStatus
+from fastmon.common.sample_count import samples_in_first
+from fastmon.common.step_events import StepAssembler
+from fastmon.common.verdicts import APPLYING, DISMISSED, OPEN, advice_status
+from fastmon.common.wire import SEND_EVERY
 from fastmon.experiments import ExperimentRunner, LoaderFigures
 from fastmon.live_state import LiveState, LiveView, RankState, cpu_use, training_rss
+from fastmon.loggers import LOG_EVERY, TrackerLog
 from fastmon.printed_loss import printed_losses
 from fastmon.progress import script_args
-from fastmon.probe.output import ENV as OUTPUT_FDS_ENV
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
-from fastmon.sample_count import samples_in_first
 from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.script_output import ScriptOutput
-from fastmon.step_events import StepAssembler
-from fastmon.loggers import LOG_EVERY, TrackerLog
 from fastmon.state_owner import Busy, StateOwner
 from fastmon.summary import counted_samples, first_count, flops_figures, rows_span, samples_during
-from fastmon.verdicts import APPLYING, DISMISSED, OPEN, advice_status
-from fastmon.wire import SEND_EVERY
 
 ADVISOR_WINDOW = 200  # steps the advisor looks at
 ADVISE_EVERY = 1.0
@@ -158,7 +159,7 @@ class Session:
             os.close(err_write)
         self.output = ScriptOutput(self.run_dir, self._on_output, self._ask_to_close_output, self.passthrough,
                                    on_error=self._notice)
-        self._state.status = "running"
+        self._state.status = RunStatus.RUNNING
         self._publish()  # no other thread writes yet
         self._owner.start()
         self.output.start({"stdout": out_read, "stderr": err_read})
@@ -291,7 +292,7 @@ class Session:
 
     def _samples_of(self, loader_index: int, batches: int) -> int | None:
         """Samples in the first ``batches`` of an epoch of loader ``loader_index``, from its
-        fact (``fastmon.sample_count``)."""
+        fact (``fastmon.common.sample_count``)."""
         loader = self._state.facts.get(f"loader.L{loader_index}") or {}
         return samples_in_first(batches, loader.get("batch_size"), loader.get("epoch_samples"))
 
@@ -418,7 +419,7 @@ class Session:
             return "it has no live change"
         if advice["status"] != OPEN:
             return f"it is {advice['status']} already"
-        if self._state.status != "running":
+        if self._state.status != RunStatus.RUNNING:
             return "the training has ended"
         if self.experiments.busy:
             return self.experiments.why_busy()
@@ -435,8 +436,8 @@ class Session:
 
     def _profile_command(self, steps: int) -> str | None:
         state = self._state
-        if state.status != "running" or not state.ranks:
-            return "no training steps to profile yet" if state.status == "running" else "the training has ended"
+        if state.status != RunStatus.RUNNING or not state.ranks:
+            return "no training steps to profile yet" if state.status == RunStatus.RUNNING else "the training has ended"
         if state.capturing:
             return "a capture is already under way"
         state.capturing = True
@@ -550,7 +551,7 @@ class Session:
     def _end_command(self, code: int) -> None:
         self.experiments.end_of_run()
         self._state.exit_code = exit_status(code)
-        self._state.status = "finished" if code == 0 else "crashed"
+        self._state.status = RunStatus.FINISHED if code == 0 else RunStatus.CRASHED
         self._state.ended = time.time()
 
     def interrupt(self) -> None:

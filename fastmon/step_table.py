@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from fastmon.advisor.window import Window
-from fastmon.phases import StepRow
+from fastmon.common.phases import StepRow
 
 
 

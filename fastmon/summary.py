@@ -9,10 +9,10 @@ from fastmon.advisor.window import Window
 from fastmon.calibration import measured_tflops
 from fastmon.peaks import math_dtype, peak_tflops
 from fastmon.permanent import line_text, permanent_changes
-from fastmon.phases import COLUMN, PHASES
+from fastmon.common.phases import COLUMN, PHASES
 from fastmon.records import RunRecord
 from fastmon.step_table import StepTable
-from fastmon.wire import SEND_EVERY
+from fastmon.common.wire import SEND_EVERY
 
 STRAGGLER_MARGIN = 0.10  # own work this much above the median rank's ...
 STRAGGLER_STEP_SHARE = 0.05  # ... and worth at least this share of a step: the straggler

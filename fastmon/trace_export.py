@@ -23,9 +23,9 @@ import os
 from pathlib import Path
 
 from fastmon import __version__
-from fastmon.phases import COLUMN, PHASES
+from fastmon.common.phases import COLUMN, PHASES
 from fastmon.records import DEVICE_FIELDS, RunRecord
-from fastmon.verdicts import result_text
+from fastmon.common.verdicts import result_text
 
 HOST_PID = 0  # the machine's counters; rank R's process is R + 1
 NODE_HOST_PID = 1_000_000  # ... and with several nodes, node N's counters are here + N (past any rank)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fastmon.verdicts import NOISE, rate_error
+from fastmon.common.verdicts import NOISE, rate_error
 
 BLOCKS = 4  # a window's blocks, whose spread gives its error
 # two-sided 95% quantiles of Student's t, by degrees of freedom

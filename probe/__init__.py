@@ -1,17 +1,28 @@
 """The probe: everything that runs inside the training process.
 
 Hooks and patches that timestamp each step's phase boundaries into the step event log
-(``fastmon.step_events``), the publisher that ships it to the monitor, the facts
+(``fastmon.common.step_events``), the publisher that ships it to the monitor, the facts
 collector, the hot-apply control side and the torch.profiler capture asked for from the
 monitor.
 
-May import: the standard library, torch (lazily, inside ``install``) and fastmon's
-shared, dependency-free modules (``phases``, ``wire``, ``step_events``, ``sample_count``).
-Never textual, never anything from ``fastmon.tui``; importing this package has no side
-effects: patches go in only when :func:`install` is called.
+May import: the standard library, torch (lazily, inside ``install``), the shared
+vocabulary ``fastmon.common`` (phases, wire format, step events, sample counts) and the
+package ``fastmon`` itself (its folder, to tell fastmon's frames from the script's).
+Never textual, nor the monitor's modules (session, records, tui); importing this package
+has no side effects: patches go in only when :func:`install` is called.
 """
 
 from __future__ import annotations
+
+import os
+
+import fastmon
+import fastmon.common
+
+# Where fastmon's own code lives (the installed package's folders): no frame from these
+# is the user's, in a traceback or as an advice's file:line.
+FASTMON_FOLDERS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
+                        for path in (__file__, fastmon.__file__, fastmon.common.__file__))
 
 
 def install(channel_path: str | None = None):

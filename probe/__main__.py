@@ -12,12 +12,10 @@ import sys
 import traceback
 import zipfile
 
-import fastmon
+from fastmon.probe import FASTMON_FOLDERS
 from fastmon.probe.exit_signals import script_signals_set_aside
 
 EXIT_USAGE = 2
-# The probe's hooks and what they call: no frame of the user's traceback is in here.
-FASTMON_DIRS = tuple({os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, fastmon.__file__)})
 
 
 def _print_user_traceback(exc: BaseException) -> None:
@@ -34,7 +32,7 @@ def _drop_own_frames(report, seen: set) -> None:
     if report is None or id(report) in seen:
         return
     seen.add(id(report))
-    frames = [frame for frame in report.stack if not frame.filename.startswith(FASTMON_DIRS)]
+    frames = [frame for frame in report.stack if not frame.filename.startswith(FASTMON_FOLDERS)]
     while frames and "runpy" in os.path.basename(frames[0].filename):
         del frames[0]
     report.stack = traceback.StackSummary.from_list(frames)

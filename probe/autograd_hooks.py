@@ -19,8 +19,8 @@ import torch
 from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
-from fastmon.phases import BACKWARD
-from fastmon.step_events import ENTER, LEAVE
+from fastmon.common.phases import BACKWARD
+from fastmon.common.step_events import ENTER, LEAVE
 
 RETAINED_AFTER_STEPS = 2
 RETAINED_REPORT_AT = 3  # sampled steps in a row whose loss was kept before it is reported

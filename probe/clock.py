@@ -1,5 +1,5 @@
 """The step clock, the training thread's side: it timestamps phase boundaries into the
-step event log (``fastmon.step_events``) and keeps the few counters the probe's own
+step event log (``fastmon.common.step_events``) and keeps the few counters the probe's own
 decisions need (the step number; the DataLoader batches awaiting a forward, the forwards
 and the backwards so far in the step, which count only in timed steps) and whether this
 step is timed (``fastmon.probe.sampling``).
@@ -15,9 +15,9 @@ import sys
 import threading
 from time import perf_counter_ns
 
-from fastmon.step_events import (ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP_END, LOADER_READING, MEMORY,
+from fastmon.common.step_events import (ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP_END, LOADER_READING, MEMORY,
                                   RESUMED, STEP_END, UNTIMED_STEPS)
-from fastmon.sample_count import reading_base
+from fastmon.common.sample_count import reading_base
 
 
 class SampleCount:

@@ -18,8 +18,8 @@ import torch
 from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
-from fastmon.step_events import H2D_COPY
-from fastmon.phases import H2D, SYNC
+from fastmon.common.step_events import H2D_COPY
+from fastmon.common.phases import H2D, SYNC
 
 TENSOR_SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
 SYNC_FUNCTIONS = ("synchronize", "empty_cache")

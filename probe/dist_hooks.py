@@ -15,8 +15,8 @@ from time import perf_counter_ns
 
 import torch.distributed as dist
 
-from fastmon.phases import COMM
-from fastmon.step_events import COMM_TAIL
+from fastmon.common.phases import COMM
+from fastmon.common.step_events import COMM_TAIL
 from fastmon.probe.guard import Part
 
 DDP_WATCHED_PARAMS = 2  # the input-side parameters whose gradients DDP's backward computes last

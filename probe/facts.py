@@ -9,7 +9,7 @@ import threading
 
 import torch
 
-from fastmon.calibration import cpu_name
+from fastmon.common.machine import cpu_name
 from fastmon.probe.torch_private import profiler_running
 
 

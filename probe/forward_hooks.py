@@ -40,8 +40,8 @@ from fastmon.probe.batch_change import remember_inputs
 from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
-from fastmon.phases import FORWARD
-from fastmon.step_events import ENTER, FORWARD_EVAL, FORWARD_EVAL_GRAD, FORWARD_TRAIN, LEAVE, SAMPLES
+from fastmon.common.phases import FORWARD
+from fastmon.common.step_events import ENTER, FORWARD_EVAL, FORWARD_EVAL_GRAD, FORWARD_TRAIN, LEAVE, SAMPLES
 
 DISCOVERY_STEPS = 3
 REDISCOVER_AFTER = 50

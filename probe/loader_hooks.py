@@ -44,9 +44,9 @@ from fastmon.probe.clock import SampleCount
 from fastmon.probe.forward_hooks import batch_size_of
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
-from fastmon.phases import DATA_WAIT
-from fastmon.sample_count import samples_in_first
-from fastmon.step_events import ENTER, LEAVE, LEAVE_BATCH
+from fastmon.common.phases import DATA_WAIT
+from fastmon.common.sample_count import samples_in_first
+from fastmon.common.step_events import ENTER, LEAVE, LEAVE_BATCH
 
 STARTUPS_KEPT = 8  # enough to cover the advisor's window after a settings change or two
 
@@ -408,7 +408,7 @@ class LoaderPart(Part):
             return
         if "batch_size" in params and state.counter is None:
             # The rest of this epoch comes in the new size: its samples are counted batch by
-            # batch from here, the batches so far by the old size (fastmon.sample_count).
+            # batch from here, the batches so far by the old size (fastmon.common.sample_count).
             so_far = samples_in_first(live._num_yielded, before.get("batch_size"), before.get("epoch_samples"))
             if so_far is not None:
                 state.counter = SampleCount(so_far)

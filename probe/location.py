@@ -7,7 +7,7 @@ import site
 import sys
 import sysconfig
 
-import fastmon
+from fastmon.probe import FASTMON_FOLDERS
 
 
 def _library_folders() -> set[str]:
@@ -22,9 +22,8 @@ def _library_folders() -> set[str]:
     return {os.path.abspath(p) for p in paths if p}
 
 
-_FASTMON = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (fastmon.__file__, __file__))
 _LIBRARIES = tuple(p + os.sep for p in _library_folders())
-_SKIP = (*_FASTMON, *_LIBRARIES, os.path.abspath(sysconfig.get_paths().get("stdlib", "\0")) + os.sep)
+_SKIP = (*FASTMON_FOLDERS, *_LIBRARIES, os.path.abspath(sysconfig.get_paths().get("stdlib", "\0")) + os.sep)
 _PACKAGE_FOLDERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _cache: dict[str, bool] = {}
 
@@ -55,7 +54,7 @@ def called_by_fastmon(depth: int = 2) -> bool:
     frame = sys._getframe(depth)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARIES):
         frame = frame.f_back
-    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_FASTMON)
+    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(FASTMON_FOLDERS)
 
 
 def fmt(location) -> str | None:

@@ -27,8 +27,8 @@ from fastmon.probe.compiling import STEPPED_IN_GRAPH, is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
 from fastmon.probe.torch_private import optimizer_hook_dicts
-from fastmon.phases import OPTIMIZER
-from fastmon.step_events import ENTER
+from fastmon.common.phases import OPTIMIZER
+from fastmon.common.step_events import ENTER
 
 
 class OptimizerPart(Part):

@@ -19,8 +19,7 @@ import termios
 import threading
 import time
 
-OUTPUT_LOG = "output.log"
-ENV = "FASTMON_OUTPUT_FDS"
+from fastmon.common.handover import OUTPUT_FDS_ENV, OUTPUT_LOG
 
 
 class OutputKeeper:
@@ -86,7 +85,7 @@ def unread(fd: int) -> int:
 def keep_output(run_dir: str | None) -> OutputKeeper:
     """The keeper of the read ends the monitor passed down, if any (torchrun's ranks have none)."""
     fds = {}
-    for stream, text in zip(("stdout", "stderr"), os.environ.pop(ENV, "").split(",")):
+    for stream, text in zip(("stdout", "stderr"), os.environ.pop(OUTPUT_FDS_ENV, "").split(",")):
         try:
             fd = int(text)
             os.fstat(fd)

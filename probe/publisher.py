@@ -1,11 +1,11 @@
 """The publisher: ships the step event log and the probe's messages to the monitor from a
 daemon thread.
 
-The training thread appends step events (``fastmon.step_events``) to an ``array('q')``,
+The training thread appends step events (``fastmon.common.step_events``) to an ``array('q')``,
 one atomic C call each, and the occasional fact or event dict to a bounded deque. This
 thread waits on the socket (commands from the monitor are read as they arrive) and every
 ``INTERVAL`` seconds sends what accumulated on a non-blocking socket: the log as one
-frame of its bytes (``fastmon.wire.encode_events``: no per-number encoding), each
+frame of its bytes (``fastmon.common.wire.encode_events``: no per-number encoding), each
 message as a JSON frame. A log grown past ``MAX_LOG_INTS`` (the monitor gone quiet), a
 full socket or a vanished monitor drop records: dropped messages are counted here, a
 dropped stretch of the log is flagged ``gap`` on the next frame and the monitor counts
@@ -22,7 +22,7 @@ import threading
 import time
 from array import array
 
-from fastmon import wire
+from fastmon.common import wire
 
 # s. Each round costs ~300-400 µs of the trainer's CPU, mostly holding the GIL (cold Python:
 # wake-up, drain, encode, send; ~100 µs of it the wake-up alone; thread CPU time on ~3.5 ms
@@ -128,7 +128,7 @@ class Publisher:
             if self._pending:
                 self._drop(events, messages + ending)
                 return
-        # The facts first: the steps' samples are read with the loaders' (fastmon.sample_count).
+        # The facts first: the steps' samples are read with the loaders' (fastmon.common.sample_count).
         self._pending = b"".join([wire.encode(m) for m in messages]) + events + b"".join(map(wire.encode, ending))
         self._send_pending()
 

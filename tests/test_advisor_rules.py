@@ -7,7 +7,7 @@ import pytest
 from fastmon.advisor import Facts, Window, advise
 from fastmon.advisor.rules import RULES
 from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, amdahl
-from fastmon.phases import PHASES, STEP_FIELDS, StepRow
+from fastmon.common.phases import PHASES, STEP_FIELDS, StepRow
 
 GPU_ENV = {"cuda_available": True, "device_count": 1, "accelerator": "cuda",
            "devices": [{"index": 0, "name": "NVIDIA H200", "capability": "9.0", "total_memory": 140 * 2**30,

@@ -124,7 +124,7 @@ def test_two_runs_are_judged_with_the_noise_of_two_processes():
     assert same["verdict"] == "no measurable change" and same["speedup_interval"] == [0.9435, 1.2765]
     slowed = judged(a, {"samples_per_s": 630.0, "error": 0.02})
     assert slowed["verdict"] == "slower"
-    from fastmon.verdicts import speed_interval
+    from fastmon.common.verdicts import speed_interval
 
     assert speed_interval(1.11, (0.015, 0.02))[1] > 1  # the same ratio, live: faster
 

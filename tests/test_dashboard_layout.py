@@ -10,7 +10,7 @@ import pytest
 from textual.app import App, ComposeResult
 
 from conftest import ROOT
-from fastmon.phases import PHASE_LABELS, PHASES
+from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.tui.app import FastmonApp
 from fastmon.tui.colors import PHASE_COLORS
 from fastmon.tui.snapshot import ReplaySource

@@ -11,9 +11,9 @@ import pytest
 
 from fastmon.experiments import (ACK_TIMEOUT_S, ACK_TIMEOUT_STEPS, EXTENSIONS, MIN_MEASURE_SECONDS, PAIRS,
                                  SETTLE_STEPS, ExperimentRunner, LoaderFigures)
-from fastmon.phases import STEP_FIELDS, StepRow
+from fastmon.common.phases import STEP_FIELDS, StepRow
 from fastmon.trial_measure import Schedule, measure
-from fastmon.verdicts import NOISE
+from fastmon.common.verdicts import NOISE
 
 
 def step_rows(first: int, n: int, samples_per_s: float, samples: int = 32) -> list[StepRow]:

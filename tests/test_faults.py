@@ -32,10 +32,11 @@ def fastmon_folders() -> list[str]:
     fastmon/ in a checkout): a frame from there is fastmon's, whatever the checkout's name."""
     import fastmon
     import fastmon.advisor
+    import fastmon.common
     import fastmon.probe
     import fastmon.tui
 
-    return [str(Path(p).resolve()) + "/" for package in (fastmon, fastmon.probe, fastmon.advisor, fastmon.tui)
+    return [str(Path(p).resolve()) + "/" for package in (fastmon, fastmon.common, fastmon.probe, fastmon.advisor, fastmon.tui)
             for p in package.__path__]
 
 

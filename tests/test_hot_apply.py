@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import EXAMPLES, SCRIPTS, clean_env, run_dirs
-from fastmon.phases import STEP_FIELDS
+from fastmon.common.phases import STEP_FIELDS
 
 
 def read_epochs(path) -> list[list[int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,15 +15,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # What each package may import besides the standard library: the whole allow-list. A new
 # dependency between packages is a decision, made here.
-MONITOR = {"fastmon", "fastmon.advisor", "fastmon.phases", "fastmon.records", "fastmon.report", "fastmon.session",
-           "fastmon.summary", "fastmon.step_table", "fastmon.trace_export", "fastmon.verdicts", "fastmon.headless",
-           "fastmon.progress", "fastmon.live_state", "fastmon.printed_loss", "fastmon.permanent"}
+MONITOR = {"fastmon", "fastmon.advisor", "fastmon.common", "fastmon.records", "fastmon.report", "fastmon.session",
+           "fastmon.summary", "fastmon.step_table", "fastmon.trace_export", "fastmon.headless", "fastmon.progress",
+           "fastmon.live_state", "fastmon.printed_loss", "fastmon.permanent"}
 ALLOWED = {
+    # the shared vocabulary (phases, wire format, step events, verdict words): imports no other folder
+    "common": {"fastmon.common"},
     # pure rules over windows and facts: testable without torch, a GPU or a screen
-    "advisor": {"fastmon.advisor", "fastmon.phases"},
-    # inside the training: torch, and the few monitor modules that share its formats
-    "probe": {"torch", "fastmon", "fastmon.probe", "fastmon.phases", "fastmon.step_events", "fastmon.sample_count",
-              "fastmon.calibration"},
+    "advisor": {"fastmon.advisor", "fastmon.common"},
+    # inside the training: torch, the vocabulary, and the package itself (its folder, for
+    # telling fastmon's frames from the script's)
+    "probe": {"torch", "fastmon", "fastmon.probe", "fastmon.common"},
     # the dashboard: textual over the monitor's view; never torch
     "tui": {"textual", "textual_plotext", "rich", "fastmon.tui", *MONITOR},
     # the monitor: the command line, the session, the record, the reports; torch and the
@@ -32,29 +35,54 @@ ALLOWED = {
 }
 
 
-def imports_of(folder: str) -> dict[str, set[str]]:
+PACKAGE_DIRS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+
+
+def is_module(name: str) -> bool:
+    """Whether ``name`` (fastmon.x.y) is one of fastmon's modules or packages, found through
+    pyproject's package-dir mapping as the installed package finds it."""
+    package, _, rest = name.rpartition(".")
+    folder = PACKAGE_DIRS.get(package)
+    if folder is not None:
+        return (ROOT / folder / f"{rest}.py").is_file() or name in PACKAGE_DIRS
+    return name in PACKAGE_DIRS
+
+
+def names_imported(node: ast.AST) -> list[str]:
+    """The modules an import statement really names: ``from fastmon import session``
+    imports the module fastmon.session, not the package fastmon."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        return [f"{node.module}.{alias.name}" if is_module(f"{node.module}.{alias.name}") else node.module
+                for alias in node.names]
+    return []
+
+
+def imports_of(folder: Path) -> dict[str, set[str]]:
     """Each module outside the standard library that the folder's files import -> the files."""
     found: dict[str, set[str]] = {}
-    for path in (ROOT / folder).rglob("*.py"):
+    for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
+            for name in names_imported(node):
                 parts = name.split(".")
                 if parts[0] not in sys.stdlib_module_names and parts[0] != "__future__":
                     key = ".".join(parts[:2]) if parts[0] == "fastmon" else parts[0]
-                    found.setdefault(key, set()).add(str(path.relative_to(ROOT)))
+                    found.setdefault(key, set()).add(path.name)
     return found
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_each_package_imports_only_what_it_is_allowed(package):
-    stray = {name: sorted(files) for name, files in imports_of(package).items() if name not in ALLOWED[package]}
+    stray = {name: sorted(files) for name, files in imports_of(ROOT / package).items() if name not in ALLOWED[package]}
     assert not stray, f"{package}/ imports outside its allow-list: {stray}"
+
+
+def test_an_import_of_a_module_by_from_its_package_is_caught(tmp_path):
+    (tmp_path / "hooks.py").write_text("from fastmon import session, __version__\nfrom fastmon.tui import app\n")
+    found = imports_of(tmp_path)
+    assert {"fastmon.session", "fastmon", "fastmon.tui"} <= set(found)
+    assert "fastmon.session" not in ALLOWED["probe"] and "fastmon.tui" not in ALLOWED["probe"]
 
 
 def test_the_allow_list_holds_the_rules_the_docstrings_state():
@@ -62,10 +90,21 @@ def test_the_allow_list_holds_the_rules_the_docstrings_state():
     assert not {"textual", "rich", "fastmon.tui", "fastmon.advisor", "fastmon.session"} & ALLOWED["probe"]
     assert not {"torch", "fastmon.probe"} & ALLOWED["tui"]
     assert "textual" not in ALLOWED["fastmon"] and "rich" not in ALLOWED["fastmon"]
+    assert ALLOWED["common"] == {"fastmon.common"}  # one way: every folder imports it, it imports none
+
+
+@pytest.mark.parametrize("package", ["probe", "advisor"])
+def test_the_package_docstring_names_what_it_may_import(package):
+    import importlib
+
+    doc = importlib.import_module(f"fastmon.{package}").__doc__
+    named = {name for name in ALLOWED[package] if name.startswith("fastmon.") and name != f"fastmon.{package}"}
+    assert all(f"``{name}``" in doc for name in named), (named, doc)
 
 
 @pytest.mark.parametrize("module, forbidden", [
     ("fastmon.advisor", "torch"),
+    ("fastmon.common", "torch"),
     ("fastmon.tui.app", "torch"),
     ("fastmon.cli", "torch"),
     ("fastmon.session", "torch"),
@@ -101,7 +140,6 @@ def test_torchs_version_sensitive_private_parts_are_read_in_one_guarded_place():
 
 def test_a_torch_without_a_private_part_is_named_and_the_probe_falls_back(monkeypatch):
     import torch
-
     from fastmon.probe.code_checks import total_norm
     from fastmon.probe.torch_private import missing
 
@@ -115,9 +153,9 @@ def test_a_torch_without_a_private_part_is_named_and_the_probe_falls_back(monkey
 
 def test_doctor_says_what_this_torch_lacks_and_what_goes_unmeasured(monkeypatch):
     import torch
+    from fastmon.probe.torch_private import missing
 
     from fastmon.doctor import report
-    from fastmon.probe.torch_private import missing
 
     if not missing():
         assert "✓ torch's private parts fastmon reads: all present" in report()

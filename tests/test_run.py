@@ -15,7 +15,7 @@ import pytest
 
 from conftest import EXAMPLES, SCRIPTS, run_dirs
 from fastmon.headless import status_line
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.common.phases import PHASES, STEP_FIELDS
 from fastmon.probe.sampling import TIME_ALL_FIRST
 from fastmon.session import RunOptions, Session
 from fastmon.tui.app import FastmonApp

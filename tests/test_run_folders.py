@@ -81,10 +81,10 @@ DAMAGE = {
     # values of the right type, out of any range fastmon writes: each named
     "huge wall": "UPDATE steps SET wall = 1e308 WHERE step = 2",
     "negative wall": "UPDATE steps SET wall = -5 WHERE step = 2",
-    "samples": "UPDATE steps SET samples = -3 WHERE step = 2",
+    "negative samples": "UPDATE steps SET samples = -3 WHERE step = 2",
     "end time": "UPDATE steps SET t_end = 1e300 WHERE step = 2",
 }
-NAMED = {"huge wall": "a wall time of 1e+308 s", "negative wall": "a wall time of -5 s", "samples": "-3 samples",
+NAMED = {"huge wall": "a wall time of 1e+308 s", "negative wall": "a wall time of -5 s", "negative samples": "-3 samples",
          "end time": "an end time of 1e+300"}
 
 

@@ -1,13 +1,13 @@
-"""The one rule of what a step's samples are (fastmon.sample_count), on the readings the
+"""The one rule of what a step's samples are (fastmon.common.sample_count), on the readings the
 probe sends: the training loader's delivered batches at each step's end."""
 
 from __future__ import annotations
 
 from array import array
 
-from fastmon.phases import STEP_FIELDS
-from fastmon.sample_count import LoaderReadings, reading_base, samples_in_first, split_reading
-from fastmon.step_events import ENTER, FORWARD_TRAIN, LEAVE_BATCH, LOADER_READING, STEP_END, UNTIMED_STEPS, StepAssembler
+from fastmon.common.phases import STEP_FIELDS
+from fastmon.common.sample_count import LoaderReadings, reading_base, samples_in_first, split_reading
+from fastmon.common.step_events import ENTER, FORWARD_TRAIN, LEAVE_BATCH, LOADER_READING, STEP_END, UNTIMED_STEPS, StepAssembler
 
 MS = 1_000_000
 

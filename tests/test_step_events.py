@@ -1,4 +1,4 @@
-"""The monitor's assembly of step rows from a probe's event log (fastmon.step_events),
+"""The monitor's assembly of step rows from a probe's event log (fastmon.common.step_events),
 on logs written the way the probe writes them."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from array import array
 
 import pytest
 
-from fastmon import wire
-from fastmon.phases import PHASES, STEP_FIELDS
+from fastmon.common import wire
+from fastmon.common.phases import PHASES, STEP_FIELDS
 from fastmon.probe import publisher as publisher_module
 from fastmon.probe.publisher import Publisher
-from fastmon.step_events import (COMM_TAIL, ENTER, FORWARD_EVAL, FORWARD_EVAL_GRAD, FORWARD_TRAIN, GAP_IS_DATA, LEAVE,
+from fastmon.common.step_events import (COMM_TAIL, ENTER, FORWARD_EVAL, FORWARD_EVAL_GRAD, FORWARD_TRAIN, GAP_IS_DATA, LEAVE,
                                  LEAVE_AS, LEAVE_BATCH, LEAVE_STEP_END, RESUMED, UNTIMED_STEPS, StepAssembler)
 
 MS = 1_000_000  # ns

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 from fastmon.advisor.window import BRACKETED_FROM, quantile, quantiles
-from fastmon.phases import STEP_FIELDS
+from fastmon.common.phases import STEP_FIELDS
 from fastmon.records import RunRecord
 from fastmon.step_table import StepTable
 from fastmon.summary import rates

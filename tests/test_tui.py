@@ -24,7 +24,7 @@ from textual.containers import Horizontal
 
 from conftest import EXAMPLES, ROOT, clean_env, fastmon_cmd
 from fastmon.session import RunOptions, Session
-from fastmon.phases import PHASES
+from fastmon.common.phases import PHASES
 from fastmon.report import gpu_run_line
 from fastmon.summary import summarize
 from fastmon.tui.app import BUSY_REDRAW_EVERY, REDRAW_EVERY, FastmonApp
@@ -430,7 +430,7 @@ async def test_the_end_of_the_run_during_teardown_is_no_crash(tmp_path, gone):
 def test_the_shares_after_a_fix_describe_the_run_as_it_is_now():
     # The demo's end once said "STARVED: 72%" after the fix: the recent window reached back,
     # past the change, for enough timed steps (after it, one step in ~50 is timed).
-    from fastmon.phases import STEP_FIELDS, StepRow
+    from fastmon.common.phases import STEP_FIELDS, StepRow
     from fastmon.summary import rates
     from fastmon.tui.snapshot import build
 

@@ -1,11 +1,11 @@
-"""An untimed step's samples, told by the timed steps around it (fastmon.untimed_samples):
+"""An untimed step's samples, told by the timed steps around it (fastmon.common.untimed_samples):
 the probe times a random sample of the steps, as it does in a run."""
 
 from __future__ import annotations
 
 import random
 
-from fastmon.untimed_samples import UntimedSamples
+from fastmon.common.untimed_samples import UntimedSamples
 
 ALWAYS_TIMED = 50  # the probe times a run's first steps
 

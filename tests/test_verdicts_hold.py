@@ -17,7 +17,7 @@ from conftest import EXAMPLES, SCRIPTS, clean_env, fastmon_cmd, run_dirs
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.rules import BY_ID
 from fastmon.permanent import as_dict, edited, line_text, permanent_changes
-from fastmon.phases import STEP_FIELDS
+from fastmon.common.phases import STEP_FIELDS
 
 WALL, SAMPLES = STEP_FIELDS.index("wall"), STEP_FIELDS.index("samples")
 

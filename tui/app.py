@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.widgets import Footer, Static
 
+from fastmon.common.run_status import RunStatus
 from fastmon.report import spawned_line
 from fastmon.session import PROFILE_STEPS
 from fastmon.tui.messages import ApplyAdvice, DismissAdvice, RunEnded
@@ -152,8 +153,8 @@ class FastmonApp(App[str | None]):
             self._show_new_captures()
         self._show_new_spawns()
         snap = self.source.snapshot()
-        if self.stopping and snap.status == "running":
-            snap.status = "stopping"
+        if self.stopping and snap.status == RunStatus.RUNNING:
+            snap.status = RunStatus.STOPPING
         if self.session is not None:
             self._pace(snap)
         base.query_one(RunHeader).show(snap, busy_redraw=self.redraw_every == BUSY_REDRAW_EVERY, paused=self.paused)
@@ -197,7 +198,7 @@ class FastmonApp(App[str | None]):
         cores = snap.host.get("cpu_per_core") or []
         load = sum(cores) / len(cores) if cores else 0.0
         threshold = CALM_CPU_PERCENT if self.redraw_every == BUSY_REDRAW_EVERY else BUSY_CPU_PERCENT
-        every = BUSY_REDRAW_EVERY if snap.status == "running" and load >= threshold else REDRAW_EVERY
+        every = BUSY_REDRAW_EVERY if snap.status == RunStatus.RUNNING and load >= threshold else REDRAW_EVERY
         if every != self.redraw_every:
             self._redraw_timer.stop()
             self._redraw_timer = self.set_interval(every, self.redraw)
@@ -239,7 +240,7 @@ class FastmonApp(App[str | None]):
 
     @property
     def running(self) -> bool:
-        return self.session is not None and self.session.view.status == "running"
+        return self.session is not None and self.session.view.status == RunStatus.RUNNING
 
     # --- actions ----------------------------------------------------------------------
     def action_quit_app(self) -> None:

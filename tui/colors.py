@@ -1,6 +1,6 @@
 """Phase colours, the same in every chart, bar and table."""
 
-from fastmon.phases import PHASE_LABELS, PHASES
+from fastmon.common.phases import PHASE_LABELS, PHASES
 
 # Eight colours told apart on a dark or a light theme, by most colour-blind eyes too
 # (Tableau 10), and the same in any terminal: true colours, not the theme's ANSI sixteen,

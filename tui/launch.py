@@ -6,6 +6,7 @@ import signal
 import sys
 from pathlib import Path
 
+from fastmon.common.run_status import RunStatus
 from fastmon.tui.app import FastmonApp
 from fastmon.tui.snapshot import LiveSource, ReplaySource
 
@@ -18,7 +19,7 @@ def run_dashboard(options, exit_on_finish: bool = False) -> tuple[int, Path]:
     session.start()
     app = FastmonApp(LiveSource(session), session=session, exit_on_finish=exit_on_finish)
     result = app.run()
-    if result == "detach" and session.view.status == "running":
+    if result == "detach" and session.view.status == RunStatus.RUNNING:
         # The dashboard is gone; the training finishes here, headless, still recorded.
         session.passthrough = True
         # Ctrl-C now reaches the training from the terminal, as in a headless run; the

@@ -10,12 +10,13 @@ from pathlib import Path
 
 from fastmon.advisor.bound import bound
 from fastmon.advisor.window import Window, recent
+from fastmon.common.run_status import ENDED_STATUSES, RunStatus
 from fastmon.live_state import LOSS_HISTORY, RSS_HISTORY, training_rss
 from fastmon.permanent import line_text, permanent_changes
 from fastmon.printed_loss import printed_losses
-from fastmon.phases import COLUMN, PHASES, StepRow
+from fastmon.common.phases import COLUMN, PHASES, StepRow
 from fastmon.progress import progress, script_args
-from fastmon.verdicts import params_text
+from fastmon.common.verdicts import params_text
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
@@ -25,13 +26,12 @@ CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
 RECENT_STEPS = 100
 OUTPUT_AGAIN = 2000  # after a move back in replay, the pane is drawn again from this many chunks back
-ENDED = ("finished", "crashed", "detached", "ended")  # a run in these shows its steady run as it is now
 
 
 @dataclass
 class Snapshot:
     title: str = ""
-    status: str = "starting"
+    status: RunStatus = RunStatus.STARTING
     exit_code: int | None = None
     elapsed: float = 0.0
     steps: int = 0
@@ -91,7 +91,7 @@ def chart_buckets(rows: list) -> tuple[list[dict], int, list[int]]:
 
 def fill_progress(snap: Snapshot, facts: dict, argv: list[str]) -> None:
     snap.epoch, snap.epochs_total, snap.eta_s = progress(facts, argv, snap.steps, snap.recent.steps_per_s,
-                                                         snap.status == "running")
+                                                         snap.status == RunStatus.RUNNING)
 
 
 def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
@@ -193,7 +193,7 @@ class LiveSource:
         first = view.first_rank
         rows = rank_rows.get(min(rank_rows), []) if rank_rows else []
         argv = script_args(session.options.target)
-        current, ended = self._ended(view) if view.status in ENDED and rows else (None, None)
+        current, ended = self._ended(view) if view.status in ENDED_STATUSES and rows else (None, None)
         gpu_timed = list(view.gpu)
         shown = recent(since_last_change(rows, view.applied), RECENT_STEPS)
         return build(title=self.title, status=view.status, exit_code=view.exit_code, elapsed=view.elapsed(),
@@ -324,7 +324,8 @@ class ReplaySource:
         # GPU idle after the script exited (the whole run's figures are in gpu_run)
         gpu = [s for ts, _, s in self.gpu if ts <= t]
         exit_code = self.meta.get("exit_code")
-        status = ("finished" if exit_code == 0 else "crashed" if exit_code is not None else "ended") if at_end else "replay"
+        status = ((RunStatus.FINISHED if exit_code == 0 else RunStatus.CRASHED if exit_code is not None else RunStatus.ENDED)
+                  if at_end else RunStatus.REPLAY)
         argv = script_args(self.meta.get("target") or [])
         started = self.meta.get("started") or (rows[0].t_end if rows else 0)
         return build(title=self.title, status=status, exit_code=exit_code if at_end else None,

@@ -9,7 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
 from fastmon.advisor.types import gain_text
-from fastmon.verdicts import result_text
+from fastmon.common.verdicts import result_text
 
 
 def advice_markdown(a: dict, can_apply: bool) -> str:

@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
-from fastmon.verdicts import result_text
+from fastmon.common.verdicts import result_text
 
 
 class AppliedScreen(ModalScreen):

@@ -7,7 +7,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from fastmon.advisor.types import SUGGESTION, gain_text
-from fastmon.verdicts import APPLYING, KEPT, OPEN, is_recommended, result_text
+from fastmon.common.verdicts import APPLYING, KEPT, OPEN, is_recommended, result_text
 
 
 def advice_line(a: dict, offer_apply: bool = True) -> Text:

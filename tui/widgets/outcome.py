@@ -7,7 +7,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from fastmon.verdicts import FASTER, KEPT, OPEN, change_text, params_text, rates_text, result_text
+from fastmon.common.run_status import RunStatus
+from fastmon.common.verdicts import FASTER, KEPT, OPEN, change_text, params_text, rates_text, result_text
 from fastmon.advisor.types import PROBLEM
 
 QUIET_STEPS = 50  # a run this far without advice says so
@@ -72,7 +73,7 @@ def quiet_line(snap) -> Text | None:
     problems = [a for a in snap.advice if a.get("kind", PROBLEM) == PROBLEM and a.get("status") in (OPEN, KEPT)]
     if problems or snap.steps < QUIET_STEPS or not snap.bound:
         return None
-    text = Text("✔ nothing to change" + (" so far" if snap.status == "running" else ""), style="bold green")
+    text = Text("✔ nothing to change" + (" so far" if snap.status == RunStatus.RUNNING else ""), style="bold green")
     text.append(f": {snap.bound[0]}, {snap.bound[1]}")
     return text
 

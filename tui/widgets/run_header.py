@@ -5,19 +5,21 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from fastmon.phases import PHASES
+from fastmon.common.phases import PHASES
+from fastmon.common.run_status import RunStatus
 from fastmon.report import clock, si
 
-STATUS_STYLE = {"running": "bold green", "starting": "yellow", "finished": "bold cyan", "crashed": "bold red",
-                "detached": "yellow", "stopping": "bold yellow", "replay": "bold magenta", "ended": "bold cyan"}
+STATUS_STYLE = {RunStatus.RUNNING: "bold green", RunStatus.STARTING: "yellow", RunStatus.FINISHED: "bold cyan",
+                RunStatus.CRASHED: "bold red", RunStatus.STOPPING: "bold yellow", RunStatus.REPLAY: "bold magenta",
+                RunStatus.ENDED: "bold cyan"}
 
 
 def status_text(snap) -> str:
-    if snap.status == "finished":
+    if snap.status == RunStatus.FINISHED:
         return f"finished, exit code {snap.exit_code}"
-    if snap.status == "crashed":
+    if snap.status == RunStatus.CRASHED:
         return f"crashed, exit code {snap.exit_code}"
-    if snap.replay is not None and snap.status == "replay":
+    if snap.replay is not None and snap.status == RunStatus.REPLAY:
         return f"replay, step {snap.replay[0]} of {snap.replay[1]}"
     return snap.status
 
@@ -39,7 +41,7 @@ class RunHeader(Static):
         line1.append_text(state)
         run, recent = snap.run, snap.recent
         line2 = Text(f" step {snap.steps}")
-        if snap.selected is not None and snap.status == "replay":
+        if snap.selected is not None and snap.status == RunStatus.REPLAY:
             row = snap.selected
             line2.append(f": {row.wall * 1e3:,.1f} ms", style="bold")
             if row.timed:
@@ -47,7 +49,7 @@ class RunHeader(Static):
                 line2.append(f" ({top} {(getattr(row, top) or 0) / row.wall if row.wall else 0:.0%})")
         if snap.epoch:
             line2.append(f" · epoch {snap.epoch}" + (f"/{snap.epochs_total}" if snap.epochs_total else ""))
-        if snap.status in ("running", "stopping", "replay"):
+        if snap.status in (RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.REPLAY):
             line2.append(f" · now {recent.steps_per_s:,.1f} steps/s, {recent.samples_per_s:,.0f} samples/s")
         line2.append(f" · run {run.get('steps_per_s', 0):,.2f} steps/s, {run.get('samples_per_s', 0):,.1f} samples/s",
                      style="bold")
@@ -61,7 +63,7 @@ class RunHeader(Static):
                          + (f" MFU {mfu:.1%}" if mfu is not None else ""))
         if snap.bound:
             line2.append(f" · {snap.bound[0]}", style="bold yellow" if snap.bound[0] != "compute-bound" else "")
-        if snap.capturing and snap.status == "running":
+        if snap.capturing and snap.status == RunStatus.RUNNING:
             line2.append(" · torch.profiler capturing: these steps run slower", style="bold yellow")
         if busy_redraw:
             line2.append(" · redrawn once a second: the cores are busy", style="dim")

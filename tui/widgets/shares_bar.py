@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from fastmon.phases import PHASE_LABELS, PHASES
+from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.tui.colors import PHASE_COLORS, STARVED_SHARE
 
 

@@ -25,7 +25,7 @@ from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
-from fastmon.phases import PHASES
+from fastmon.common.phases import PHASES
 from fastmon.tui.colors import PHASE_COLORS
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"

@@ -12,8 +12,8 @@ took; one iterated with autograd off (``no_grad``, ``inference_mode``) never is.
 
 Where the readings cannot tell (no training loader known yet, an IterableDataset, a batch
 sampler of unknown sizes, batches from a function), the event log's own count stands
-(``fastmon.step_events``: the batch a training forward takes), with the untimed steps'
-taken from their timed neighbours (``fastmon.untimed_samples``). Imports nothing.
+(``fastmon.common.step_events``: the batch a training forward takes), with the untimed steps'
+taken from their timed neighbours (``fastmon.common.untimed_samples``). Imports nothing.
 """
 
 from __future__ import annotations

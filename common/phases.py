@@ -13,7 +13,7 @@ PHASE_LABELS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward":
 # One step row, as the monitor assembles it from the probe's event log and stores it. Times are seconds.
 # ``timed`` 0: the probe timed only the step's end (fastmon.probe.sampling), so the phases and
 # the per-step counts after ``samples`` are None, and ``samples`` is told by the timed steps
-# (fastmon.untimed_samples).
+# (fastmon.common.untimed_samples).
 STEP_FIELDS = (
     "rank", "step", "t_end", "wall", *PHASES,
     "samples", "mem_alloc", "mem_reserved", "mem_peak",

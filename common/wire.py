@@ -1,7 +1,7 @@
 """Length-prefixed frames over a stream socket; shared by probe and monitor.
 
 JSON, never pickle: the other end of the channel is never trusted to run code here. The
-one exception to JSON is the step event log (``fastmon.step_events``), a flat run of
+one exception to JSON is the step event log (``fastmon.common.step_events``), a flat run of
 int64s: its frame is a fixed header and the ints as they lie in memory (both ends are one
 machine). As base64 inside JSON it cost the publisher's round more than the rest of the
 round together, in someone else's training process. A JSON body starts with ``{``, an

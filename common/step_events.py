@@ -9,7 +9,7 @@ phase times of a step add up to its wall time by construction. Before the first
 training activity, and after a gap in the log, time belongs to no step (``IDLE``).
 A step the probe did not time (``fastmon.probe.sampling``) has only its end in the log:
 its row has the wall time, the samples its timed neighbours tell
-(``fastmon.untimed_samples``), and None for the rest.
+(``fastmon.common.untimed_samples``), and None for the rest.
 A step's samples are its training batches': a batch counts once a training forward (or
 one with autograd on) follows it, or at the step's end when no forward is seen (plain
 tensors); batches that only eval-mode forwards without autograd follow (a validation
@@ -18,17 +18,17 @@ pass between steps) are not the training's.
 Keeping this out of the training process is what makes the probe cheap: on a ~1 ms CPU
 step each Python operation in a hook costs several times what it costs in a warm loop
 (torch has just evicted the interpreter from the caches), so the hooks do the least
-Python they can. Imports nothing but the phase names, ``fastmon.sample_count`` and
-``fastmon.untimed_samples``: the probe and the monitor share it.
+Python they can. Imports nothing but the phase names, ``fastmon.common.sample_count`` and
+``fastmon.common.untimed_samples``: the probe and the monitor share it.
 """
 
 from __future__ import annotations
 
 from array import array
 
-from fastmon.phases import BACKWARD, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, SYNC, StepRow
-from fastmon.sample_count import LoaderReadings, SamplesOf
-from fastmon.untimed_samples import UntimedSamples
+from fastmon.common.phases import BACKWARD, COMM, DATA_WAIT, FORWARD, OTHER, PHASES, SYNC, StepRow
+from fastmon.common.sample_count import LoaderReadings, SamplesOf
+from fastmon.common.untimed_samples import UntimedSamples
 
 IDLE = len(PHASES)
 
