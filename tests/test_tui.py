@@ -598,3 +598,40 @@ def test_ctrl_c_after_detaching_stops_the_training_with_its_summary(tmp_path):
     (run,) = (tmp_path / "runs").iterdir()
     meta = dict(sqlite3.connect(run / "run.sqlite").execute("SELECT key, value FROM meta"))
     assert meta["exit_code"] == "130" and meta["ended"] != "null"
+
+
+def architecture_code_blocks(heading: str) -> list[str]:
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+async def test_the_worked_example_adds_a_panel_with_one_file_and_one_line(tmp_path, monkeypatch):
+    """ARCHITECTURE.md's example, as written there: its module, and its line in place of
+    the app's own LEFT line."""
+    import importlib.util
+    import sys
+
+    import fastmon.tui.app as app_module
+
+    module_code, line = architecture_code_blocks("A new panel, a worked example")
+    (tmp_path / "step_count.py").write_text(module_code)
+    spec = importlib.util.spec_from_file_location("fastmon.tui.widgets.step_count", tmp_path / "step_count.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    app_source = (ROOT / "tui" / "app.py").read_text()
+    name, value = line.strip().split(" = ", 1)
+    assert re.search(rf"^{name} = ", app_source, re.M)  # the line the example replaces is there
+    monkeypatch.setattr(app_module, name, eval(value))
+    run = tmp_path / "run"
+    shutil.copytree(RECORDED, run)
+    app = FastmonApp(ReplaySource(run))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.3)
+        panel = app.query_one("#step-count")
+        assert app.snapshot.steps > 1 and text_of(panel) == f"step {app.snapshot.steps:,}"
+        await pilot.press("home")
+        await pilot.pause(0.5)
+        assert text_of(panel) == "step 1"  # redrawn as the steps changed
+        await pilot.press("q")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 
@@ -25,13 +26,12 @@ from fastmon.tui.screens.quit_screen import QuitScreen
 from fastmon.tui.widgets.advice_list import AdviceList
 from fastmon.tui.widgets.gpu_line import GpuLine
 from fastmon.tui.widgets.gpu_panel import GpuPanel
-from fastmon.tui.widgets.host_panel import HostPanel
 from fastmon.tui.widgets.log_pane import LiveLine, LogPane
+from fastmon.tui.widgets.panel import Panel
 from fastmon.tui.widgets.outcome import Outcome
 from fastmon.tui.widgets.position_bar import PositionBar
+from fastmon.tui.widgets.rank_line import RankLine
 from fastmon.tui.widgets.run_header import RunHeader
-from fastmon.tui.widgets.shares_bar import SharesBar
-from fastmon.tui.widgets.step_breakdown import StepBreakdown
 
 REDRAW_EVERY = 0.33  # seconds: charts redraw at 3 Hz whatever the step rate
 # While the machine's cores are busy (CPU training on every core, DataLoader workers on
@@ -44,6 +44,10 @@ NARROW_WIDTH = 120
 SHORT_HEIGHT = 36
 TINY_HEIGHT = 28
 SPAWN_NOTE_S = 30  # seconds on screen: it explains an empty dashboard
+# Where the left column's panels sit, top to bottom: the modules in widgets/, each with its
+# ``PANEL``. A new panel is its module and its name here (ARCHITECTURE.md, "A new panel").
+LEFT = ("step_breakdown", "shares_bar", "gpu_line")
+BESIDE = ("gpu_panel", "host_panel")  # side by side under them, where there is room
 
 
 class FastmonApp(App[str | None]):
@@ -85,7 +89,8 @@ class FastmonApp(App[str | None]):
         self.redraws = 0
         self.redraw_every = REDRAW_EVERY
         self._redraw_timer = None
-        self._shown: dict = {}
+        self._shown: dict = {}  # panel id -> the signature it was last drawn at
+        self._panels: list[Panel] | None = None  # the mounted panels, found at the first redraw
         self._captures_seen = len(source.events("profile"))  # a live run's new ones open as they come
         self._spawns_seen = 0
 
@@ -95,12 +100,9 @@ class FastmonApp(App[str | None]):
             yield PositionBar(id="position")
         with Horizontal(id="main"):
             with Vertical(id="left"):
-                yield StepBreakdown(id="breakdown")
-                yield SharesBar(id="shares")
-                yield GpuLine(id="gpu-line")
+                yield from placed(LEFT)
                 with Horizontal(id="panels"):
-                    yield GpuPanel(id="gpu-panel")
-                    yield HostPanel(id="host-panel")
+                    yield from placed(BESIDE)
             with Vertical(id="right"):
                 yield Outcome(id="outcome")
                 yield Static("Advice  (enter: detail" + ("" if self.source.replay else " · a: apply · d: dismiss")
@@ -109,7 +111,7 @@ class FastmonApp(App[str | None]):
                 yield Static("Output", classes="title", id="log-title")
                 yield LogPane(id="log")
                 yield LiveLine(id="live-line", classes="-empty")
-        yield Static(id="ranks")
+        yield RankLine(id="ranks")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -165,27 +167,14 @@ class FastmonApp(App[str | None]):
         self.snapshot = snap
         # Rendering, not computing, is what costs: a panel is redrawn only when what it
         # shows has changed (the host panel at the sampler's rate, advice at the advisor's).
-        changed = self._changed
+        if self._panels is None:
+            self._panels = [widget for widget in base.walk_children() if isinstance(widget, Panel)]
         with self.batch_update():
-            if changed("steps", snap.steps):
-                base.query_one(StepBreakdown).show(snap)
-                base.query_one(SharesBar).show(snap)
-            if changed("gpu", (snap.gpu, snap.gpu_note, snap.torch_memory)):
-                base.query_one(GpuPanel).show(snap)
-                base.query_one(GpuLine).show(snap)
+            for panel in self._panels:
+                if self._changed(panel.panel_id, panel.signature(snap)):
+                    panel.show(snap)
+            if self._changed("has-gpu", bool(snap.gpu)):
                 self._place_gpu(base, bool(snap.gpu))
-            if changed("host", snap.host):
-                base.query_one(HostPanel).show(snap)
-            if changed("advice", [(a["id"], a.get("status"), a["evidence"]) for a in snap.advice]):
-                base.query_one(AdviceList).show(snap.advice, offer_apply=not self.source.replay)
-            if changed("outcome", (snap.experiment, snap.outcome is not None, len(snap.applied), snap.steps // 50,
-                                   snap.bound)):
-                base.query_one(Outcome).show(snap)
-            ranks = base.query_one("#ranks", Static)
-            if changed("ranks", [(r["rank"], r["steps"]) for r in snap.ranks]):
-                ranks.display = bool(snap.ranks)
-                if snap.ranks:
-                    ranks.update(rank_line(snap))
         self.redraws += 1
 
     def _place_gpu(self, base, has_gpu: bool) -> None:
@@ -405,8 +394,7 @@ class FastmonApp(App[str | None]):
         self.redraw()
 
 
-def rank_line(snap) -> str:
-    cells = [f"rank {r['rank']}: {r['steps_per_s']:.1f} steps/s, step {r['step_ms']['median']:.1f} ms, "
-             f"data {r['phases']['data_wait']:.0%}" for r in snap.ranks]
-    straggler = f"  ▶ straggler: rank {snap.straggler}" if snap.straggler is not None else "  no straggler"
-    return " │ ".join(cells) + straggler
+def placed(modules: tuple[str, ...]) -> list[Panel]:
+    """The panels of ``modules`` (names in fastmon.tui.widgets), made with their CSS ids."""
+    panels = [importlib.import_module(f"fastmon.tui.widgets.{name}").PANEL for name in modules]
+    return [panel(id=panel.panel_id) for panel in panels]

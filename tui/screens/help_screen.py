@@ -27,7 +27,8 @@ HELP = """\
 
 **Where the step goes** stacks each phase's time per step: *data* (waiting for the
 DataLoader), *h2d* (copies to the GPU), *fwd*, *bwd*, *opt*, *sync* (host waiting for
-the GPU), *other*. The same colours are used everywhere.
+the GPU), *comm* (torch.distributed collectives, DDP's all-reduce wait), *other*. The
+same colours are used everywhere.
 
 Records keep being written to the run folder whatever you do here.
 """

@@ -8,6 +8,7 @@ from textual.widgets.option_list import Option
 
 from fastmon.advisor.types import SUGGESTION, gain_text
 from fastmon.common.verdicts import APPLYING, KEPT, OPEN, is_recommended, result_text
+from fastmon.tui.widgets.panel import Panel
 
 
 def advice_line(a: dict, offer_apply: bool = True) -> Text:
@@ -31,8 +32,14 @@ def advice_line(a: dict, offer_apply: bool = True) -> Text:
     return text
 
 
-class AdviceList(OptionList):
-    def show(self, advice: list[dict], offer_apply: bool = True) -> None:
+class AdviceList(Panel, OptionList):
+    panel_id = "advice"
+
+    def signature(self, snap) -> object:
+        return [(a["id"], a.get("status"), a["evidence"]) for a in snap.advice]
+
+    def show(self, snap) -> None:
+        advice, offer_apply = snap.advice, snap.replay is None  # a replay offers no apply
         # Problems by estimated gain, then suggestions; what was tried or dismissed last
         ordered = sorted(advice, key=lambda a: (not is_recommended(a), a.get("kind") == SUGGESTION,
                                                 -(a.get("est_gain") or 1.0)))

@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from fastmon.report import known
+from fastmon.tui.widgets.panel import Panel
 
 
 def gpu_line(d: dict) -> Text:
@@ -32,9 +33,17 @@ def gpus_line(gpus: list[dict]) -> Text:
     return text
 
 
-class GpuLine(Static):
+class GpuLine(Panel, Static):
+    panel_id = "gpu-line"
+
+    def signature(self, snap) -> object:
+        return (snap.gpu, snap.gpu_note, snap.torch_memory)
+
     def show(self, snap) -> None:
         if snap.gpu:
             self.update(Text("\n").join(map(gpu_line, snap.gpu)) if len(snap.gpu) <= 2 else gpus_line(snap.gpu))
         else:
             self.update(Text(snap.gpu_note or "GPU: no samples yet", style="dim"))
+
+
+PANEL = GpuLine

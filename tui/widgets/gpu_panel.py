@@ -14,6 +14,7 @@ from textual_plotext import PlotextPlot
 from fastmon.report import gib, gpu_run_line, known
 from fastmon.session import SAMPLE_EVERY
 from fastmon.tui.widgets.gpu_line import gpu_line
+from fastmon.tui.widgets.panel import Panel
 
 
 def meter(percent: float | None, width: int) -> Text:
@@ -34,7 +35,12 @@ PLOT_MAX_GPUS = 3
 PLOT_EVERY = 2.0
 
 
-class GpuPanel(Vertical):
+class GpuPanel(Panel, Vertical):
+    panel_id = "gpu-panel"
+
+    def signature(self, snap) -> object:
+        return (snap.gpu, snap.gpu_note, snap.torch_memory)
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._rows = 0  # the text's rows at the last update
@@ -110,3 +116,6 @@ class GpuPanel(Vertical):
         plt.xlabel("seconds ago")
         plt.ylim(0, 100)
         plot.refresh()
+
+
+PANEL = GpuPanel

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from fastmon.report import mib
+from fastmon.tui.widgets.panel import Panel
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -20,7 +21,12 @@ def spark(values: list, width: int) -> str:
     return "".join(BLOCKS[1 + round((v - low) / span * (len(BLOCKS) - 2))] for v in values)
 
 
-class HostPanel(Static):
+class HostPanel(Panel, Static):
+    panel_id = "host-panel"
+
+    def signature(self, snap) -> object:
+        return snap.host
+
     _snap = None  # the last one shown
 
     def on_resize(self) -> None:
@@ -65,3 +71,6 @@ class HostPanel(Static):
             text.append(spark(memory["allocated"], width), style="magenta")
             text.append(f" {mib(memory['allocated'][-1])}")
         self.update(text, layout=False)  # its size is the CSS's, whatever the text
+
+
+PANEL = HostPanel

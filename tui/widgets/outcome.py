@@ -10,6 +10,7 @@ from textual.widgets import Static
 from fastmon.common.run_status import RunStatus
 from fastmon.common.verdicts import FASTER, KEPT, OPEN, change_text, params_text, rates_text, result_text
 from fastmon.advisor.types import PROBLEM
+from fastmon.tui.widgets.panel import Panel
 
 QUIET_STEPS = 50  # a run this far without advice says so
 
@@ -78,7 +79,12 @@ def quiet_line(snap) -> Text | None:
     return text
 
 
-class Outcome(Static):
+class Outcome(Panel, Static):
+    panel_id = "outcome"
+
+    def signature(self, snap) -> object:
+        return (snap.experiment, snap.outcome is not None, len(snap.applied), snap.steps // 50, snap.bound)
+
     def show(self, snap) -> None:
         if snap.experiment:
             lines = [experiment_line(snap.experiment)]

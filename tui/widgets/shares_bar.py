@@ -8,6 +8,7 @@ from textual.widget import Widget
 
 from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.tui.colors import PHASE_COLORS, STARVED_SHARE
+from fastmon.tui.widgets.panel import Panel
 
 
 def segments(shares: dict, width: int) -> list[int]:
@@ -47,7 +48,12 @@ def wrapped(items: list[Text], width: int, gap: str = "  ") -> list[Text]:
     return [*lines, line]
 
 
-class SharesBar(Widget):
+class SharesBar(Panel, Widget):
+    panel_id = "shares"
+
+    def signature(self, snap) -> object:
+        return snap.steps
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.shares = {p: 0.0 for p in PHASES}
@@ -67,3 +73,6 @@ class SharesBar(Widget):
         for phase, cells in zip(PHASES, segments(self.shares, width)):
             bar.append("█" * cells, style=PHASE_COLORS[phase])
         return Text("\n").join([bar, *wrapped(legend_items(self.shares), width)])
+
+
+PANEL = SharesBar

@@ -27,6 +27,7 @@ from textual.widget import Widget
 
 from fastmon.common.phases import PHASES
 from fastmon.tui.colors import PHASE_COLORS
+from fastmon.tui.widgets.panel import Panel
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 CUT = "▲"
@@ -57,7 +58,12 @@ def filling_most(heights: list[int], low: int) -> int:
     return best
 
 
-class StepBreakdown(Widget):
+class StepBreakdown(Panel, Widget):
+    panel_id = "breakdown"
+
+    def signature(self, snap) -> object:
+        return snap.steps
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.buckets: list[dict] = []
@@ -159,3 +165,6 @@ def styled_runs(chars: list[str], marked: set[int], plain: Style, mark: Style) -
         else:
             segments.append(Segment(char, style))
     return segments
+
+
+PANEL = StepBreakdown
