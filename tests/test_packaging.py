@@ -39,3 +39,15 @@ def test_each_floor_pyproject_states_is_the_release_ci_tests():
     lines = (ROOT / ".ci" / "oldest.txt").read_text().splitlines()
     tested = dict(line.split("==") for line in lines if line and not line.startswith("#"))
     assert tested == floors
+
+
+def test_the_readme_opens_with_the_picture_the_two_commands_and_the_examples():
+    text = (ROOT / "README.md").read_text()
+    top = text.splitlines()[:40]
+    (picture,) = [line for line in top if line.startswith("![")]
+    assert (ROOT / picture.split("](", 1)[1].rstrip(")")).is_file()
+    commands = [line.strip() for line in top if line.startswith("    pip install")]
+    assert commands[0].endswith("&& fastmon demo") and commands[1].endswith("&& python -m pytest -q"), commands
+    examples = text.split("## The examples\n", 1)[1].split("\n## ", 1)[0]
+    for script in sorted((ROOT / "examples").glob("[!_]*.py")):
+        assert f"`examples/{script.name}`" in examples, script.name
