@@ -14,7 +14,9 @@ reach a dispatch mode. See README "FLOPs and MFU".
 from __future__ import annotations
 
 import collections
+import functools
 import math
+import sys
 import time
 
 import torch
@@ -29,6 +31,12 @@ class _Counting(TorchDispatchMode):
     under the dtype of its first tensor input."""
 
     supports_higher_order_operators = True  # run as they are (not counted), never refused
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Not wrapped in dynamo's disable: its first call imports torch._dynamo, 1.5 s on the
+        # training thread at the counted step. Where dynamo is loaded, _under_dynamo() is.
+        return False
 
     def __init__(self) -> None:
         super().__init__()
@@ -50,6 +58,15 @@ class _Counting(TorchDispatchMode):
             except Exception:
                 self.counting = False  # a formula that fails here: no count rather than a wrong one
         return out
+
+
+@functools.cache
+def _under_dynamo() -> type:
+    """The counting mode as torch makes every dispatch mode (its __torch_dispatch__ never
+    traced by dynamo), for a process that has dynamo loaded: the wrapping costs nothing
+    there, and a compiled function the script calls during the count stays compiled."""
+    return type("_CountingUnderDynamo", (_Counting,), {"_should_skip_dynamo": classmethod(lambda cls: True),
+                                                        "__torch_dispatch__": _Counting.__torch_dispatch__})
 
 
 class FlopCount:
@@ -86,7 +103,7 @@ class FlopCount:
         if dispatch_mode_active():
             self._report(step, error="the script runs under a dispatch mode of its own")
             return
-        mode = _Counting()
+        mode = _under_dynamo()() if "torch._dynamo" in sys.modules else _Counting()
         mode.__enter__()
         self.active, self.step, self.started_ns = mode, step, time.perf_counter_ns()
 

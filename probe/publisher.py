@@ -51,6 +51,9 @@ class Publisher:
         self._reader = wire.FrameReader()
         self._pending = b""
         self._stop = threading.Event()
+        # close() writes here to end the thread's wait on the socket at once: the script's
+        # exit waited up to INTERVAL for the select to time out (1 s of a short script's wall).
+        self._wake_read, self._wake_write = os.pipe()
         self._perf0 = time.perf_counter_ns()
         self._wall0 = time.time()
         if path:
@@ -199,8 +202,10 @@ class Publisher:
                 if left > 0:
                     if self._sock is None:
                         self._stop.wait(left)
-                    elif select.select((self._sock,), (), (), left)[0]:
-                        self._receive()
+                    else:
+                        ready = select.select((self._sock, self._wake_read), (), (), left)[0]
+                        if self._sock in ready:
+                            self._receive()
                     continue
                 next_flush = time.monotonic() + INTERVAL
                 self.flush()
@@ -211,6 +216,10 @@ class Publisher:
     def close(self, final: dict | None = None, timeout: float = 2.0) -> None:
         """Flush everything, best effort within ``timeout``; used at interpreter exit."""
         self._stop.set()
+        try:
+            os.write(self._wake_write, b"x")
+        except OSError:
+            pass
         if self._thread.is_alive():
             self._thread.join(timeout=1.0)
         deadline = time.monotonic() + timeout

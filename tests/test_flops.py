@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -137,3 +138,21 @@ def test_a_count_that_fails_costs_the_count_not_the_step_timing(run_fastmon, rep
     assert summary["compute"]["flops_per_step"] is None
     assert [f["part"] for f in summary["probe_faults"]] == ["flops"]
     assert summary["timed_steps"] >= 15  # every step of this short run is still timed
+
+
+@pytest.mark.e2e
+def test_the_counted_step_costs_its_neighbours_time_not_seconds(run_fastmon, report, tmp_path):
+    # A manual SGD loop on a tiny model: the count's own cost is all there is to see. Its
+    # first dispatch through a Python mode once imported torch._dynamo there (1.5-3.7 s).
+    script = tmp_path / "sgd.py"
+    script.write_text("import torch\nw = torch.randn(8, 1, requires_grad=True)\n"
+                      "for step in range(40):\n    (torch.randn(64, 8) @ w).pow(2).mean().backward()\n"
+                      "    with torch.no_grad():\n        w -= 0.01 * w.grad\n        w.grad.zero_()\n")
+    out = run_fastmon("run", "--headless", "--every-step", script)
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    counted = summary["compute"]["counted_at_step"]
+    walls = dict(sqlite3.connect(next((tmp_path / "fastmon-runs").iterdir()) / "run.sqlite").execute(
+        "SELECT step, wall FROM steps WHERE rank = 0"))
+    neighbours = [walls[s] for s in range(counted + 1, counted + 21)]
+    assert walls[counted] < max(neighbours) + 0.05, (walls[counted], neighbours)
