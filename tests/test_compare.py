@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -100,7 +101,9 @@ def test_a_slower_dataset_is_a_regression_explained_by_data_wait(tmp_path, run_f
     guarded = run_fastmon("run", "--headless", "--baseline", first, "--fail-if-slower", "10", script, "--epochs", "4")
     assert guarded.returncode == EXIT_SLOWER, guarded.stderr
     assert "samples/s — slower: " in guarded.stderr and "— data_wait +" in guarded.stderr
-    assert "slower than the baseline by more than 10%: data_wait grew by more than that (exit 4)" in guarded.stderr
+    # data_wait first, furthest beyond its noise; a busy machine may slow another phase too
+    assert re.search(r"slower than the baseline by more than 10%: data_wait(, \w+)* grew by more than that \(exit 4\)",
+                     guarded.stderr), guarded.stderr
     assert "phases that moved beyond their noise:" in guarded.stderr
     third = run_dirs(tmp_path)[-1]
     result = json.loads(compare(first, third, "--json", cwd=tmp_path).stdout)
