@@ -286,7 +286,7 @@ async def test_the_quit_dialogs_buttons_show_their_keys(tmp_path):
         app.push_screen(QuitScreen())
         await pilot.pause(0.2)
         labels = [str(button.label) for button in app.screen.query(Button)]
-    assert labels == ["Stop training [s]", "Detach, let it finish [d]", "Stay [esc]"]
+    assert labels == ["Stop training [ctrl+c]", "Detach, let it finish [q]", "Stay [esc]"]
 
 
 async def test_the_s_key_saves_the_screen_in_the_run_folder_readable_by_its_owner_alone(tmp_path):

@@ -147,7 +147,7 @@ async def test_live_dashboard_follows_a_real_run_and_its_keys_work(live_session)
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("ask, stop", [("q", "s"), ("ctrl+c", "ctrl+c")])
+@pytest.mark.parametrize("ask, stop", [("q", "ctrl+c"), ("ctrl+c", "ctrl+c")])
 async def test_quit_can_stop_the_training(live_session, ask, stop):
     # Ctrl-C twice once opened a second dialog: the app's priority binding came first
     app = FastmonApp(LiveSource(live_session), session=live_session)
@@ -634,4 +634,28 @@ async def test_the_worked_example_adds_a_panel_with_one_file_and_one_line(tmp_pa
         await pilot.press("home")
         await pilot.pause(0.5)
         assert text_of(panel) == "step 1"  # redrawn as the steps changed
+        await pilot.press("q")
+
+
+async def test_every_key_is_in_the_footer_or_the_help_with_one_meaning(tmp_path):
+    from textual.widgets import Markdown
+
+    from fastmon.tui.screens.help_screen import help_text
+
+    live_help, replay_help = help_text(replay=False), help_text(replay=True)
+    for binding in FastmonApp.BINDINGS:
+        for key in binding.key.split(","):
+            if len(key) == 1:  # a letter: told in the footer or in `?`
+                assert binding.show or f"`{key}`" in live_help, key
+    assert "`a`" not in replay_help and "`d`" not in replay_help and "`a`" in live_help
+    letters = {key for b in FastmonApp.BINDINGS for key in b.key.split(",") if len(key) == 1}
+    assert not {b.key for b in QuitScreen.BINDINGS if len(b.key) == 1} & (letters - {"q"})  # q: quit, and again
+    run = tmp_path / "run"
+    shutil.copytree(RECORDED, run)
+    app = FastmonApp(ReplaySource(run))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        shown = app.screen.query_one(Markdown).source
+        assert shown == replay_help
+        await pilot.press("escape")
         await pilot.press("q")

@@ -310,7 +310,7 @@ class FastmonApp(App[str | None]):
             self._captures_seen = len(captures)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(replay=self.source.replay))
 
     def _selected(self) -> dict | None:
         advice_id = self.query_one(AdviceList).selected_id

@@ -8,35 +8,49 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-HELP = """\
-# fastmon — keys
+# (keys, what they do, live only): a replay has no training to change or stop
+KEYS = (
+    ("`↑` `↓`", "select advice", False),
+    ("`enter`", "advice detail: why, how to fix, where in your code", False),
+    ("`a`", "apply the selected advice live (an experiment: measured, kept or reverted)", True),
+    ("`d`", "dismiss the selected advice", True),
+    ("`c`", "applied changes with their measured before/after", False),
+    ("`p`", "pause / resume the charts (the training keeps running)", False),
+    ("`s`", "save the screen as an SVG in the run's folder", False),
+    ("`e`", "export the run, as recorded so far, as a trace for Perfetto or chrome://tracing (`RUN/trace.json`)",
+     False),
+    ("`t`", "capture the next steps with torch.profiler: the trace, the top operators and torch's anti-pattern "
+            "check open here when ready (replay: the run's last capture)", False),
+    ("`q`, `ctrl+c`", "quit: stop the training, or detach and let it finish headless (then Ctrl-C stops it)", True),
+    ("`q`", "quit the replay", None),
+    ("`←` `→` `home` `end`", "move through the recorded steps (shift: 10x, `PgUp` `PgDn`: 100)", None),
+    ("`?`", "this help; `escape` closes it", False),
+)
 
-| key | does |
-| --- | --- |
-| `↑` `↓` | select advice |
-| `enter` | advice detail: why, how to fix, where in your code |
-| `a` | apply the selected advice live (an experiment: measured, kept or reverted) |
-| `d` | dismiss the selected advice |
-| `c` | applied changes with their measured before/after |
-| `p` | pause / resume the charts (the training keeps running) |
-| `e` | export the run, as recorded so far, as a trace for Perfetto or chrome://tracing (`RUN/trace.json`) |
-| `t` | capture the next steps with torch.profiler: the trace, the top operators and torch's anti-pattern check open here when ready (replay: the run's last capture) |
-| `q`, `ctrl+c` | quit: stop the training, or detach and let it finish headless |
-| `←` `→` `home` `end` | replay: move through the recorded steps (shift: 10x) |
-| `?` | this help; `escape` closes it |
-
+PANELS = """\
 **Where the step goes** stacks each phase's time per step: *data* (waiting for the
 DataLoader), *h2d* (copies to the GPU), *fwd*, *bwd*, *opt*, *sync* (host waiting for
 the GPU), *comm* (torch.distributed collectives, DDP's all-reduce wait), *other*. The
 same colours are used everywhere.
-
-Records keep being written to the run folder whatever you do here.
 """
+
+
+def help_text(replay: bool) -> str:
+    """The keys of a live run or of a replay (``None`` in KEYS: a replay's only)."""
+    rows = [f"| {keys} | {does} |" for keys, does, live in KEYS
+            if (live is None and replay) or (live is True and not replay) or live is False]
+    end = "A replay reads the record; nothing here changes it." if replay else \
+        "Records keep being written to the run folder whatever you do here."
+    return "\n".join(["# fastmon — keys", "", "| key | does |", "| --- | --- |", *rows, "", PANELS, end, ""])
 
 
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
 
+    def __init__(self, replay: bool = False) -> None:
+        super().__init__()
+        self.replay = replay
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Markdown(HELP)
+            yield Markdown(help_text(self.replay))

@@ -11,10 +11,10 @@ from textual.widgets import Button, Label
 
 class QuitScreen(ModalScreen[str | None]):
     # q again leaves without losing anything (detach); Ctrl-C again stops, as a second
-    # Ctrl-C would in a terminal.
-    BINDINGS = [Binding("escape", "dismiss(None)", "Stay"), Binding("s", "choose('stop')", "Stop"),
-                Binding("d", "choose('detach')", "Detach"), Binding("q", "choose('detach')", show=False),
-                Binding("ctrl+c", "choose('stop')", show=False, priority=True)]
+    # Ctrl-C would in a terminal. No other letter: d and s mean dismiss and save on the
+    # dashboard behind, and one letter has one meaning.
+    BINDINGS = [Binding("escape", "dismiss(None)", "Stay"), Binding("q", "choose('detach')", "Detach"),
+                Binding("ctrl+c", "choose('stop')", "Stop", priority=True)]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="quit-box"):
@@ -22,8 +22,8 @@ class QuitScreen(ModalScreen[str | None]):
                         "q again detaches; Ctrl-C again stops it.")
             with Horizontal(id="quit-buttons"):
                 # labels are markup: a key's brackets are escaped, or "[d]" reads as a style
-                yield Button("Stop training \\[s]", id="stop", variant="error")
-                yield Button("Detach, let it finish \\[d]", id="detach", variant="primary")
+                yield Button("Stop training \\[ctrl+c]", id="stop", variant="error")
+                yield Button("Detach, let it finish \\[q]", id="detach", variant="primary")
                 yield Button("Stay \\[esc]", id="stay")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
