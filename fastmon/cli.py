@@ -82,6 +82,7 @@ def split_run_args(argv: list[str]):
 
 def run_parser() -> argparse.ArgumentParser:
     from fastmon.headless import STATUS_EVERY
+    from fastmon.loggers import METRICS_PORT
     from fastmon.session import PROFILE_STEPS
 
     parser = argparse.ArgumentParser(
@@ -113,7 +114,10 @@ def run_parser() -> argparse.ArgumentParser:
                         help=f"how many steps a torch.profiler capture covers (default {PROFILE_STEPS})")
     parser.add_argument("--log-to", type=trackers, default=[], metavar="TRACKERS",
                         help="send fastmon's step figures to tensorboard, wandb and/or mlflow (comma-separated): "
-                             "into the script's own runs where it has them")
+                             "into the script's own runs where it has them; prometheus serves them at /metrics")
+    parser.add_argument("--metrics-port", type=whole_number(0), default=METRICS_PORT, metavar="PORT",
+                        help=f"with --log-to prometheus: the port of /metrics (default {METRICS_PORT}; "
+                             "0 or a port taken: a free one, said at the start)")
     parser.add_argument("--baseline", metavar="RUN", help="a recorded run of the same work: at the end, this run "
                         "is compared with it (fastmon compare RUN NEW)")
     parser.add_argument("--fail-if-slower", type=percent, metavar="PCT",
@@ -256,7 +260,7 @@ def cmd_run(argv: list[str]) -> int:
                          allow=frozenset(filter(None, args.allow.split(","))) | (
                              {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
                          torchrun=torchrun or None, every_step=args.every_step, profile_at=args.profile_at,
-                         profile_steps=args.profile_steps, log_to=tuple(args.log_to))
+                         profile_steps=args.profile_steps, log_to=tuple(args.log_to), metrics_port=args.metrics_port)
     if headless:
         code, run_dir = run_headless(options, args.status_every)
     else:

@@ -15,12 +15,14 @@ from pathlib import Path
 from fastmon.advisor import Window
 from fastmon.common.phases import PHASES
 
-TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}  # name -> the package it needs
+# name -> the package it needs; prometheus is served (fastmon.prometheus), not written to
+TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "prometheus": "prometheus_client"}
 LOG_EVERY = 5.0  # seconds between two points of each series
 # The script's W&B or MLflow run is reported by the probe every 50 steps: this many steps
 # pass before fastmon decides the script has none and opens a run of its own.
 WAIT_FOR_SCRIPT_STEPS = 120
 PREFIX = "fastmon/"
+METRICS_PORT = 9464  # --log-to prometheus: /metrics's default port, OpenTelemetry's Prometheus exporter's
 CLOSE_WAIT_S = 4.0  # at the end, how long all trackers together may take to take their last points
 
 
@@ -185,7 +187,7 @@ class TrackerLog:
     def __init__(self, names: list[str], run_dir: Path, note) -> None:
         self.run_dir = run_dir
         self.note = note
-        self.targets = [TARGETS[name]() for name in names if importlib.util.find_spec(TRACKERS[name])]
+        self.targets = [TARGETS[name]() for name in names if name in TARGETS and importlib.util.find_spec(TRACKERS[name])]
         self.sent = {target.name: None for target in self.targets}  # None until opened, then points sent
         self.points: list[tuple[int, dict[str, float]]] = []
         self.last_step = 0

@@ -9,6 +9,7 @@ own timers, and call ``apply``, ``dismiss``, ``profile`` as commands to that thr
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import os
 import platform
@@ -32,7 +33,7 @@ from fastmon.common.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.common.wire import SEND_EVERY
 from fastmon.experiments import ExperimentRunner, LoaderFigures
 from fastmon.live_state import LiveState, LiveView, RankState, cpu_use, training_rss
-from fastmon.loggers import LOG_EVERY, TrackerLog
+from fastmon.loggers import LOG_EVERY, METRICS_PORT, TrackerLog
 from fastmon.printed_loss import printed_losses
 from fastmon.progress import script_args
 from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
@@ -66,7 +67,18 @@ class RunOptions:
     profile_at: int | None = None  # capture steps from this one with torch.profiler
     profile_steps: int = PROFILE_STEPS
     log_to: tuple[str, ...] = ()  # experiment trackers fastmon's figures go to (fastmon.loggers)
+    metrics_port: int = METRICS_PORT  # --log-to prometheus: where /metrics is served
     python: str = sys.executable
+
+
+def node_rank(torchrun: list[str] | None) -> str:
+    """The node this monitor watches, from torchrun's --node-rank (as given: "0" alone)."""
+    options = torchrun or []
+    for i, option in enumerate(options):
+        name, equals, value = option.partition("=")
+        if name.replace("_", "-") == "--node-rank":
+            return value if equals else (options[i + 1] if i + 1 < len(options) else "0")
+    return "0"
 
 
 class Session:
@@ -98,6 +110,7 @@ class Session:
         self._finish_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.tracker_log: TrackerLog | None = None
+        self.metrics_server = None  # --log-to prometheus
         self._output_pending = 0  # bytes of output posted to the owner and not taken yet
         self._output_skipped = 0  # ... and those left to output.log alone
         self._tracker_lock = threading.Lock()  # its thread, and finish() for the last point
@@ -164,9 +177,23 @@ class Session:
         self._owner.start()
         self.output.start({"stdout": out_read, "stderr": err_read})
         self._spawn(self._sample_loop)
-        if self.options.log_to:
+        if "prometheus" in self.options.log_to and importlib.util.find_spec("prometheus_client"):
+            self._serve_metrics()
+        if set(self.options.log_to) - {"prometheus"}:
             self.tracker_log = TrackerLog(list(self.options.log_to), self.run_dir, self._notice)
             self._spawn(self._log_loop)
+
+    def _serve_metrics(self) -> None:
+        from fastmon.prometheus import serve
+
+        try:
+            self.metrics_server, port, taken = serve(lambda: self.view, self.run_dir.name,
+                                                     node_rank(self.options.torchrun), self.options.metrics_port)
+        except OSError as exc:  # the training matters more than its metrics
+            self._notice(f"--log-to prometheus: /metrics could not be served: {exc}")
+            return
+        self._notice(("" if taken is None else f"--log-to prometheus: {taken}; ")
+                     + f"metrics for Prometheus at http://{socket.gethostname()}:{port}/metrics")
 
     def _record_error(self, message: str | None) -> None:
         """The run file cannot be written (a full disk), or can again (None)."""
@@ -546,6 +573,9 @@ class Session:
         self.recorder.close()
         if self.channel is not None:
             self.channel.close()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
         return state.exit_code
 
     def _end_command(self, code: int) -> None:

@@ -21,6 +21,7 @@ parser.add_argument("--slow-ms", type=float, default=15.0)
 parser.add_argument("--every-rank-ms", type=float, default=0.0)
 parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-step", type=int, default=20)
+parser.add_argument("--pause-at-end", type=float, default=0.0)  # seconds after the last step, before the exit
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -56,5 +57,6 @@ for epoch in range(args.epochs):
             os.kill(os.getpid(), signal.SIGKILL)
     loss = torch.tensor([float(step)])
     dist.all_reduce(loss)
-print(f"rank {rank} done {step} steps")
+print(f"rank {rank} done {step} steps", flush=True)
+time.sleep(args.pause_at_end)
 destroy_process_group()

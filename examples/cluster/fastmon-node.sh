@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One node of a multi-node training job: torchrun's ranks on this node, watched by fastmon
+# (headless), their figures served at /metrics for the cluster's Prometheus and recorded
+# in fastmon-runs/node<N>. Afterwards `fastmon report fastmon-runs/node*/<run>` merges the
+# nodes. Which node this is comes from the scheduler:
+#   Slurm (srun, one task a node): SLURM_NNODES, SLURM_NODEID; the job's first node hosts
+#     the rendezvous
+#   Kubernetes (a Kubeflow PyTorchJob with nprocPerNode): PET_NNODES, PET_NODE_RANK,
+#     PET_NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT
+#   by hand: NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT
+# GPUS_PER_NODE: ranks on this node (default: PET_NPROC_PER_NODE, else 1); METRICS_PORT:
+# where /metrics listens (default 9464; 0: a free one); FASTMON_RUNS_DIR (default
+# fastmon-runs). Usage: fastmon-node.sh TRAIN.PY [ARGS...]
+set -euo pipefail
+
+nnodes=${NNODES:-${SLURM_NNODES:-${PET_NNODES:-1}}}
+node_rank=${NODE_RANK:-${SLURM_NODEID:-${PET_NODE_RANK:-0}}}
+if [[ -z "${MASTER_ADDR:-}" && -n "${SLURM_JOB_NODELIST:-}" ]]; then
+    MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+fi
+
+exec fastmon run --headless --log-to prometheus --metrics-port "${METRICS_PORT:-9464}" \
+    --runs-dir "${FASTMON_RUNS_DIR:-fastmon-runs}/node${node_rank}" \
+    --nnodes "$nnodes" --node-rank "$node_rank" --nproc-per-node "${GPUS_PER_NODE:-${PET_NPROC_PER_NODE:-1}}" \
+    --master-addr "${MASTER_ADDR:-127.0.0.1}" --master-port "${MASTER_PORT:-29500}" \
+    "$@"

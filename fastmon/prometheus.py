@@ -1,0 +1,99 @@
+"""``--log-to prometheus``: the run's live figures at ``/metrics``, for the cluster's own
+Prometheus (and Grafana), through ``prometheus_client``. Each scrape reads the session's
+published view, which nothing changes once published: the HTTP thread takes no lock and
+never touches the state the monitor's owner thread changes. README "Prometheus" lists
+the metrics."""
+
+from __future__ import annotations
+
+import errno
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+
+from fastmon.advisor import Window, recent
+from fastmon.advisor.bound import bound
+from fastmon.common.phases import PHASES
+from fastmon.common.verdicts import params_text
+from fastmon.summary import current_rows
+
+RECENT_STEPS = 200  # the steps the phase shares and the verdict are of: the run as it is now
+LABELS = ("run", "node", "rank")
+
+
+class Metrics:
+    """A prometheus_client collector over ``view_of()`` (a ``LiveView``), labelled with the
+    run folder's name and the node."""
+
+    def __init__(self, view_of: Callable, run: str, node: str) -> None:
+        self.view_of, self.run, self.node = view_of, run, node
+
+    def collect(self):
+        view = self.view_of()
+        steps = CounterMetricFamily("fastmon_steps", "Training steps ended", labels=LABELS)
+        samples = CounterMetricFamily("fastmon_samples", "Samples the training loader delivered", labels=LABELS)
+        step_time = SummaryMetricFamily("fastmon_step_seconds", "Wall time of a training step", labels=LABELS)
+        shares = GaugeMetricFamily("fastmon_phase_ratio", "Share of the recent steps' time in each phase",
+                                   labels=(*LABELS, "phase"))
+        verdict = GaugeMetricFamily("fastmon_bound", "What holds the run back now: 1 for the verdict in its label",
+                                    labels=(*LABELS, "verdict"))
+        gpu = view.gpu[-1][2] if view.gpu else []
+        on_gpu = (view.facts.get("environment") or {}).get("accelerator") == "cuda"
+        busy = sum(d.get("util") or 0 for d in gpu) / len(gpu) if gpu else None  # %, as bound() takes it
+        for rank, figures in sorted(view.ranks.items()):
+            labels = (self.run, self.node, str(rank))
+            steps.add_metric(labels, figures.steps)
+            samples.add_metric(labels, figures.samples)
+            step_time.add_metric(labels, count_value=figures.steps, sum_value=figures.wall)
+            rows = current_rows(list(figures.rows), list(view.applied), figures.left_out)
+            window = Window.from_rows(recent(rows, RECENT_STEPS))
+            if not window.steps:
+                continue
+            for phase in PHASES:
+                shares.add_metric((*labels, phase), window.share(phase))
+            said = bound(window.shares, busy, on_gpu, window.typical_data_wait)
+            if said is not None:
+                verdict.add_metric((*labels, said[0]), 1)
+        yield from (steps, samples, step_time, shares, verdict)
+        yield from self._devices(gpu)
+        yield self._changes(view.applied)
+
+    def _devices(self, gpu: list[dict]):
+        busy = GaugeMetricFamily("fastmon_gpu_busy_ratio", "GPU utilization (NVML): time a kernel ran",
+                                 labels=("run", "node", "gpu"))
+        used = GaugeMetricFamily("fastmon_gpu_memory_used_bytes", "GPU memory in use (NVML)",
+                                 labels=("run", "node", "gpu"))
+        for device in gpu:
+            labels = (self.run, self.node, str(device.get("index", 0)))
+            if device.get("util") is not None:
+                busy.add_metric(labels, device["util"] / 100)
+            if device.get("mem_used") is not None:
+                used.add_metric(labels, device["mem_used"])
+        return busy, used
+
+    def _changes(self, applied):
+        kept = GaugeMetricFamily("fastmon_change_speedup_ratio",
+                                 "A change fastmon applied live and kept: its measured speed-up (samples/s after/before)",
+                                 labels=("run", "node", "change", "setting"))
+        for result in applied:
+            if result.get("kept") and result.get("speedup"):
+                kept.add_metric((self.run, self.node, result["id"], params_text(result.get("params") or {})),
+                                result["speedup"])
+        return kept
+
+
+def serve(view_of: Callable, run: str, node: str, port: int) -> tuple[object, int, str | None]:
+    """Serve /metrics on ``port`` (0: a free one); a port taken gives a free one and a note.
+    Returns (the server, the port it listens on, the note or None)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Metrics(view_of, run, node))
+    note = None
+    try:
+        server, _ = start_http_server(port, registry=registry)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        server, _ = start_http_server(0, registry=registry)
+        note = f"port {port} is taken (another run?)"
+    return server, server.server_address[1], note
