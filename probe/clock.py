@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 import threading
+import types
+import weakref
 from time import perf_counter_ns
 
 from fastmon.common.step_events import (ENTER, GAP_IS_DATA, LEAVE, LEAVE_AS, LEAVE_STEP_END, LOADER_READING, MEMORY,
@@ -31,6 +33,43 @@ class SampleCount:
 
 
 NO_ITERATOR = SampleCount(-1)  # stands for the training loader's iterator until one is known
+
+
+class TakenCount:
+    """The batches the training took of an iterator that a loop fetches ``ahead`` batches
+    in front of (accelerate's, Lightning's, timm's loaders, to know the last): torch's
+    count less ``ahead`` until the iterator is used up, then all of them. Read at each
+    step's end as the iterator itself is; holds it weakly: a wrapper that drops it at its
+    StopIteration (timm's) and then yields the last batch has taken them all."""
+
+    __slots__ = ("iterator", "ahead", "delivered")
+
+    def __init__(self, iterator, ahead: int) -> None:
+        self.iterator, self.ahead, self.delivered = weakref.ref(iterator), ahead, 0
+
+    @property
+    def _num_yielded(self) -> int:
+        it = self.iterator()
+        if it is None:
+            return self.delivered
+        self.delivered = it._num_yielded
+        return self.delivered if used_up(it) else max(0, self.delivered - self.ahead)
+
+
+def used_up(iterator) -> bool:
+    """Whether the iterator has raised StopIteration: a multi-process one (without persistent
+    workers) has shut its workers down; a single-process one's batch sampler, a generator,
+    has ended (a multi-process one's ends early: its workers take indices ahead)."""
+    shutdown = getattr(iterator, "_shutdown", None)
+    return shutdown if shutdown is not None else iterator._sampler_iter.gi_frame is None
+
+
+def tells_used_up(iterator) -> bool:
+    """Whether ``used_up`` can tell: a persistent-workers iterator looks the same just before
+    its StopIteration and just after, and a sampler that is no generator never ends visibly."""
+    if getattr(iterator, "_persistent_workers", False):
+        return False
+    return hasattr(iterator, "_shutdown") or isinstance(getattr(iterator, "_sampler_iter", None), types.GeneratorType)
 
 
 class StepClock:
@@ -118,7 +157,7 @@ class StepClock:
             if self._train_it_refs() > self._held_once:
                 return
             dropped = self.train_it
-            if type(dropped) is SampleCount:
+            if type(dropped) in (SampleCount, TakenCount):  # a count, or a weak hold: nothing held
                 return
             self.train_it = SampleCount(dropped._num_yielded)
         # Its workers stop here, when the last reference goes: outside the lock, which the

@@ -40,7 +40,7 @@ from torch.utils.data import dataloader as dl
 
 from fastmon.probe import facts
 from fastmon.probe.batch_change import new_batch_sampler, regroup
-from fastmon.probe.clock import SampleCount
+from fastmon.probe.clock import SampleCount, TakenCount, tells_used_up
 from fastmon.probe.forward_hooks import batch_size_of
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
@@ -70,6 +70,9 @@ class LoaderState:
         self.role: str | None = None
         self.counter: SampleCount | None = None  # this epoch's samples, once fastmon changed its batch size in it
         self.iter_step = 0  # the step in which its latest iterator was made: its epoch's first
+        # Batches the training loop fetches ahead of those it trains on: None until the end
+        # of an epoch's first timed step has shown it (LoaderPart.before_step_end)
+        self.fetch_ahead: int | None = None
         self.wait_ns = self.wait_cpu_ns = 0  # timed batches' wait, and the training thread's CPU in it
 
     def add_startup(self, startup: tuple) -> None:
@@ -121,6 +124,14 @@ class Rebuilt:
         if self.counter is not None:
             self.counter._num_yielded += batch_size_of(batch)
         return batch
+
+
+def taken_of(iterator, state: LoaderState):
+    """What the clock reads of the training iterator: its own count, or of the batches the
+    training took where the loop fetches ahead and the iterator's end can be told."""
+    if state.fetch_ahead and tells_used_up(iterator):
+        return TakenCount(iterator, state.fetch_ahead)
+    return iterator
 
 
 def take_in_flight(iterator, orig_next) -> list:
@@ -290,7 +301,7 @@ class LoaderPart(Part):
             state.role = "eval"  # a validation loop under no_grad or inference_mode
         state.counter = None  # a new epoch: one batch size again
         if state is self.train_loader:
-            self.probe.clock.training_iterator(it, state.index, state.epoch[0])
+            self.probe.clock.training_iterator(taken_of(it, state), state.index, state.epoch[0])
         tags = IterTags(state)
         setattr(it, TAGS, tags)
         if starts_workers:
@@ -386,7 +397,23 @@ class LoaderPart(Part):
         if state.counter is not None:
             self.probe.clock.training_iterator(state.counter, state.index, state.epoch[0], samples=True)
         elif live is not None:
-            self.probe.clock.training_iterator(live, state.index, state.epoch[0])
+            self.probe.clock.training_iterator(taken_of(live, state), state.index, state.epoch[0])
+
+    def before_step_end(self) -> None:
+        """A timed step ends, the first of its epoch: the batches the loop fetched beyond
+        those its training forwards took (one each) are fetched ahead (accelerate's,
+        Lightning's, timm's loaders fetch one, to know the last): from here the step's
+        reading is of the batches taken, so this step holds one batch, not two."""
+        state, clock = self.train_loader, self.probe.clock
+        if state is None or state.fetch_ahead is not None or clock.step != state.iter_step or not clock.forwards \
+                or state.counter is not None:
+            return
+        live = state.live() if state.live is not None else None
+        if live is None:
+            return
+        state.fetch_ahead = max(0, live._num_yielded - clock.forwards)
+        if state.fetch_ahead:
+            clock.training_iterator(taken_of(live, state), state.index, state.epoch[0])
 
     def schedule(self, params: dict, ack, state: LoaderState | None = None) -> None:
         """Apply loader settings: for later epochs at once, for the live epoch at the

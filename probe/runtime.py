@@ -256,6 +256,7 @@ class Probe:
             clock = self.clock
             if not clock.forwards and clock.backwards_since_step and self.forward_part.forward_missed(clock.step):
                 self.next_housekeeping = -1  # the discovery's end is housekeeping
+            self.loader_part.before_step_end()
             now = clock.end_step(leaving)
             if self.forward_part.compile_in_use:
                 self.compile_watch.at_step_end(clock.step - 1)

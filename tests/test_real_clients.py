@@ -86,6 +86,30 @@ def test_a_client_is_counted_exactly_and_described_rightly(run_fastmon, report, 
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("client, arguments, batch", [("hf_trainer.py", ("--max-steps", "20"), 8),
+                                                      ("hf_trainer.py", ("2", "--max-steps", "12"), 16),
+                                                      ("accelerate_loop.py", (), 16), ("ema_validation.py", (), 32),
+                                                      ("lightning_datamodule.py", (), 32)])
+def test_a_loop_that_fetches_a_batch_ahead_gives_each_step_its_own(run_fastmon, report, tmp_path, client, arguments,
+                                                                    batch):
+    # accelerate's DataLoaderShard (under the Trainer too), Lightning's fetcher and timm's
+    # PrefetchLoader fetch one batch ahead: each epoch's first step once held two and its
+    # last none, and a run stopped by max_steps counted a batch never trained on (808 of 800)
+    if client == "hf_trainer.py":
+        from transformers.utils import is_torch_available
+
+        if not is_torch_available():
+            pytest.skip("this transformers does not run on this torch")
+    out = run_fastmon("run", "--headless", CLIENTS / client, *arguments, timeout=280)
+    assert_untouched(out)
+    steps, samples = own_count(out.stdout)
+    assert (report()["steps"], report()["samples"]) == (steps, samples)
+    (run,) = run_dirs(tmp_path)
+    per_step = [n for (n,) in sqlite3.connect(run / "run.sqlite").execute("SELECT samples FROM steps ORDER BY step")]
+    assert per_step == [batch] * steps
+
+
+@pytest.mark.e2e
 def test_recompilations_are_counted_as_dynamo_logs_them_and_advised_at_their_line(run_fastmon, report):
     # dynamo's counters["recompiles"] stays empty on torch 2.13: a loop recompiling five
     # times was reported "0 recompilations" and the rule could never fire

@@ -354,11 +354,12 @@ def test_a_fastmon_option_after_the_script_gets_a_hint_not_a_report_of_zeros(run
 
 @pytest.mark.e2e
 def test_headless_status_lines_say_elapsed_epoch_eta_and_memory_at_the_pace_asked(run_fastmon):
-    out = run_fastmon("run", "--headless", "--status-every", "0.5", EXAMPLES / "healthy.py", "--epochs", "3")
+    # 8 epochs, ~3 s of steps: the FLOP count no longer stalls a step for 1.5 s to make room
+    out = run_fastmon("run", "--headless", "--status-every", "0.5", EXAMPLES / "healthy.py", "--epochs", "8")
     assert out.returncode == 0, out.stderr
     lines = [line for line in out.stderr.splitlines() if re.match(r"\[fastmon\] \d+:\d\d step [1-9]", line)]
     assert len(lines) >= 3, out.stderr
-    assert any(re.search(r" epoch \d/3 ETA \d+:\d\d \|", line) for line in lines), lines
+    assert any(re.search(r" epoch \d/8 ETA \d+:\d\d \|", line) for line in lines), lines
     assert all(re.search(r"\| RSS \d+\.\d GiB", line) for line in lines), lines
 
 

@@ -1,6 +1,7 @@
 """The transformers Trainer on a tiny GPT-2 built from a config (no download), with an
 evaluation pass: prints the Trainer's own step count and the samples it trained on.
-Arguments: gradient accumulation steps (default 1); --gpu to train on the GPU."""
+Arguments: gradient accumulation steps (default 1); --gpu to train on the GPU;
+--max-steps N to stop mid-epoch (with a batch fetched ahead that is never trained on)."""
 import sys
 
 import torch
@@ -29,15 +30,17 @@ class Count(TrainerCallback):
         Count.steps = state.global_step
 
 
-accumulate = int(next((a for a in sys.argv[1:] if a.isdigit()), 1))
-on_gpu = "--gpu" in sys.argv[1:]  # benchmarks/gpu_check.py's hf_trainer check
+argv = sys.argv[1:]
+max_steps = int(argv[argv.index("--max-steps") + 1]) if "--max-steps" in argv else -1
+accumulate = int(next((a for i, a in enumerate(argv) if a.isdigit() and argv[i - 1:i] != ["--max-steps"]), 1))
+on_gpu = "--gpu" in argv  # benchmarks/gpu_check.py's hf_trainer check
 model = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=2, n_head=2,
                                    bos_token_id=0, eos_token_id=0))
-args = TrainingArguments(output_dir="hf_out", per_device_train_batch_size=BATCH, num_train_epochs=EPOCHS,
+args = TrainingArguments(output_dir="hf_out", per_device_train_batch_size=BATCH, num_train_epochs=EPOCHS, max_steps=max_steps,
                          gradient_accumulation_steps=accumulate, eval_strategy="epoch", per_device_eval_batch_size=16,
                          logging_steps=1000, report_to=[], save_strategy="no", use_cpu=not on_gpu,
                          dataloader_num_workers=0, disable_tqdm=True)
 result = Trainer(model=model, args=args, train_dataset=Tokens(SAMPLES), eval_dataset=Tokens(64),
                  callbacks=[Count()]).train()
-print(f"steps {Count.steps} samples {SAMPLES * EPOCHS}")
+print(f"steps {Count.steps} samples {SAMPLES * EPOCHS if max_steps < 0 else Count.steps * BATCH * accumulate}")
 print(f"seconds {result.metrics['train_runtime']:.4f}")
