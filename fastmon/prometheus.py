@@ -32,7 +32,7 @@ class Metrics:
     def collect(self):
         view = self.view_of()
         steps = CounterMetricFamily("fastmon_steps", "Training steps ended", labels=LABELS)
-        samples = CounterMetricFamily("fastmon_samples", "Samples the training loader delivered", labels=LABELS)
+        samples = CounterMetricFamily("fastmon_samples", "Samples the training took from its loader", labels=LABELS)
         step_time = SummaryMetricFamily("fastmon_step_seconds", "Wall time of a training step", labels=LABELS)
         shares = GaugeMetricFamily("fastmon_phase_ratio", "Share of the recent steps' time in each phase",
                                    labels=(*LABELS, "phase"))

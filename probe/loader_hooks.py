@@ -405,8 +405,8 @@ class LoaderPart(Part):
         Lightning's, timm's loaders fetch one, to know the last): from here the step's
         reading is of the batches taken, so this step holds one batch, not two."""
         state, clock = self.train_loader, self.probe.clock
-        if state is None or state.fetch_ahead is not None or clock.step != state.iter_step or not clock.forwards \
-                or state.counter is not None:
+        if not self.on or state is None or state.fetch_ahead is not None or clock.step != state.iter_step \
+                or not clock.forwards or state.counter is not None:
             return
         live = state.live() if state.live is not None else None
         if live is None:
