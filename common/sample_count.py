@@ -1,13 +1,14 @@
 """What a step's samples are: the rule, in one place.
 
-A step's samples are what the training loader delivered during it. The probe reads, at
-every step's end (timed or not), how many batches the training loader's live iterator has
-delivered: torch's own count, ``_num_yielded``, tagged with the loader and its epoch. The
-loader's fact says its batch size and the samples in an epoch, so the first k batches of
-an epoch hold min(k x batch size, epoch samples). A step's samples are the difference
-between its reading and the one before: exact at every step, whether a loader fetches a
-batch ahead (accelerate, timm) or not, and a validation loader is never the training's
-(its iterator is not read). The training loader is the one whose batch a training forward
+A step's samples are what the training took from its loader during it. The probe reads,
+at every step's end (timed or not), how many batches the training took of the training
+loader's live iterator: torch's own count, ``_num_yielded``, less the batches a loop
+fetches ahead of the one it trains on (accelerate's, Lightning's, timm's loaders, to
+know the last) until the iterator is used up (``fastmon.probe.clock.TakenCount``), tagged
+with the loader and its epoch. The loader's fact says its batch size and the samples in
+an epoch, so the first k batches of an epoch hold min(k x batch size, epoch samples). A
+step's samples are the difference between its reading and the one before, and a
+validation loader is never the training's (its iterator is not read). The training loader is the one whose batch a training forward
 took; one iterated with autograd off (``no_grad``, ``inference_mode``) never is.
 
 Where the readings cannot tell (no training loader known yet, an IterableDataset, a batch

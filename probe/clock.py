@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import types
 import weakref
 from time import perf_counter_ns
 
@@ -38,42 +37,34 @@ NO_ITERATOR = SampleCount(-1)  # stands for the training loader's iterator until
 class TakenCount:
     """The batches the training took of an iterator that a loop fetches ``ahead`` batches
     in front of (accelerate's, Lightning's, timm's loaders, to know the last): torch's
-    count less ``ahead`` until the iterator is used up, then all of them. Read at each
-    step's end as the iterator itself is; holds it weakly: a wrapper that drops it at its
-    StopIteration (timm's) and then yields the last batch has taken them all."""
+    count less ``ahead`` until ``ended(iterator)``, then all of them. Read at each step's
+    end as the iterator itself is, in the optimizer's hook: it never raises. It holds the
+    iterator weakly: a wrapper that drops it at its StopIteration (timm's) and then
+    yields the last batch has taken them all."""
 
-    __slots__ = ("iterator", "ahead", "delivered")
+    __slots__ = ("iterator", "ahead", "ended", "delivered", "done")
 
-    def __init__(self, iterator, ahead: int) -> None:
-        self.iterator, self.ahead, self.delivered = weakref.ref(iterator), ahead, 0
+    def __init__(self, iterator, ahead: int, ended) -> None:
+        self.iterator, self.ahead, self.ended = weakref.ref(iterator), ahead, ended
+        self.delivered, self.done = 0, False
 
     @property
     def _num_yielded(self) -> int:
-        it = self.iterator()
-        if it is None:
-            return self.delivered
-        self.delivered = it._num_yielded
-        return self.delivered if used_up(it) else max(0, self.delivered - self.ahead)
-
-
-def used_up(iterator) -> bool:
-    """Whether the iterator has raised StopIteration: a multi-process one (without persistent
-    workers) has shut its workers down; a single-process one's batch sampler, a generator,
-    has ended (a multi-process one's ends early: its workers take indices ahead)."""
-    shutdown = getattr(iterator, "_shutdown", None)
-    return shutdown if shutdown is not None else iterator._sampler_iter.gi_frame is None
-
-
-def tells_used_up(iterator) -> bool:
-    """Whether ``used_up`` can tell: a persistent-workers iterator looks the same just before
-    its StopIteration and just after, and a sampler that is no generator never ends visibly."""
-    if getattr(iterator, "_persistent_workers", False):
-        return False
-    return hasattr(iterator, "_shutdown") or isinstance(getattr(iterator, "_sampler_iter", None), types.GeneratorType)
+        try:
+            it = self.iterator()
+            if it is None:
+                self.done = True
+            else:
+                self.delivered = it._num_yielded
+                self.done = self.done or self.ended(it)
+        except Exception:
+            self.done = True  # what cannot be read is taken as it was delivered
+        return self.delivered if self.done else max(0, self.delivered - self.ahead)
 
 
 class StepClock:
-    __slots__ = ("put", "step", "loader_batches", "eval_took_batch", "loader_fed", "forwards", "backwards_since_step",
+    __slots__ = ("put", "step", "loader_batches", "eval_took_batch", "loader_fed", "forwards", "model_forwards",
+                 "backwards_since_step",
                  "_memory", "timing", "ends", "readings", "train_it", "reading_base", "short_until", "short_ref",
                  "_ends_first", "_ends_lock", "_held_once")
 
@@ -88,15 +79,17 @@ class StepClock:
         # batch its forward takes as samples, nor its start as data_wait.
         self.loader_fed = False
         self.forwards = 0
+        self.model_forwards = 0  # of these, the forwards of modules with parameters (not a loss module's)
         self.backwards_since_step = 0
         self.timing = True  # the phase wrappers are in (Probe.arm)
         # The end times of the latest untimed steps, not yet in the log: a list.append is
         # the cheapest record there is. They go in as one event when timing resumes, and
         # at each of the publisher's sends (so a killed trainer loses no more than ever).
         self.ends: list[int] = []
-        # Beside each end, how many batches the training loader's iterator had delivered
-        # (torch's own count, ``_num_yielded``), tagged with the loader and its epoch
-        # (``reading_base``): the monitor makes every step's samples of it, timed or not.
+        # Beside each end, how many batches the training took of its loader's iterator
+        # (torch's own count, ``_num_yielded``; less those fetched ahead, TakenCount),
+        # tagged with the loader and its epoch (``reading_base``): the monitor makes every
+        # step's samples of it, timed or not.
         self.readings: list[int] = []
         self.train_it = NO_ITERATOR
         self.reading_base = 0
@@ -175,7 +168,7 @@ class StepClock:
         now = perf_counter_ns()
         self.put((LEAVE_STEP_END if leaving else STEP_END, now, self.step))
         self.step += 1
-        self.loader_batches = self.forwards = self.backwards_since_step = 0
+        self.loader_batches = self.forwards = self.model_forwards = self.backwards_since_step = 0
         self.eval_took_batch = False
         return now
 

@@ -347,6 +347,8 @@ class ForwardPart(Part):
             if clock.step >= self.next_autocast_check and clock.forwards == 0:
                 self._look_for_autocast(clock.step)
             clock.forwards += 1
+            if has_params:
+                clock.model_forwards += 1
             code = FORWARD_TRAIN if has_params else ENTER + FORWARD
         elif has_params and torch.is_grad_enabled():
             code = FORWARD_EVAL_GRAD

@@ -30,6 +30,7 @@ import collections
 import functools
 import os
 import threading
+import types
 import warnings
 import weakref
 from time import perf_counter, perf_counter_ns, thread_time_ns
@@ -40,7 +41,7 @@ from torch.utils.data import dataloader as dl
 
 from fastmon.probe import facts
 from fastmon.probe.batch_change import new_batch_sampler, regroup
-from fastmon.probe.clock import SampleCount, TakenCount, tells_used_up
+from fastmon.probe.clock import SampleCount, TakenCount
 from fastmon.probe.forward_hooks import batch_size_of
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
@@ -71,8 +72,10 @@ class LoaderState:
         self.counter: SampleCount | None = None  # this epoch's samples, once fastmon changed its batch size in it
         self.iter_step = 0  # the step in which its latest iterator was made: its epoch's first
         # Batches the training loop fetches ahead of those it trains on: None until the end
-        # of an epoch's first timed step has shown it (LoaderPart.before_step_end)
+        # of an epoch's first timed step has shown it (LoaderPart.before_step_end), and
+        # the count delivered then, until the next step confirms it
         self.fetch_ahead: int | None = None
+        self.ahead_check: int | None = None
         self.wait_ns = self.wait_cpu_ns = 0  # timed batches' wait, and the training thread's CPU in it
 
     def add_startup(self, startup: tuple) -> None:
@@ -130,8 +133,30 @@ def taken_of(iterator, state: LoaderState):
     """What the clock reads of the training iterator: its own count, or of the batches the
     training took where the loop fetches ahead and the iterator's end can be told."""
     if state.fetch_ahead and tells_used_up(iterator):
-        return TakenCount(iterator, state.fetch_ahead)
+        return TakenCount(iterator, state.fetch_ahead, used_up)
     return iterator
+
+
+def used_up(iterator) -> bool:
+    """Whether the iterator has raised StopIteration: after a live rebuild, its in-flight
+    batches served and the new loader's iterator used up; a multi-process one (without
+    persistent workers) has shut its workers down; a single-process one's batch sampler,
+    a generator, has ended (a multi-process one's ends early: its workers take indices
+    ahead)."""
+    tags = getattr(iterator, TAGS, None)
+    source = tags.source if tags is not None else None
+    if source is not None:
+        return not source.buffered and (source.new_iter is None or used_up(source.new_iter))
+    shutdown = getattr(iterator, "_shutdown", None)
+    return shutdown if shutdown is not None else iterator._sampler_iter.gi_frame is None
+
+
+def tells_used_up(iterator) -> bool:
+    """Whether ``used_up`` can tell: a persistent-workers iterator looks the same just before
+    its StopIteration and just after, and a sampler that is no generator never ends visibly."""
+    if getattr(iterator, "_persistent_workers", False):
+        return False
+    return hasattr(iterator, "_shutdown") or isinstance(getattr(iterator, "_sampler_iter", None), types.GeneratorType)
 
 
 def take_in_flight(iterator, orig_next) -> list:
@@ -401,19 +426,27 @@ class LoaderPart(Part):
 
     def before_step_end(self) -> None:
         """A timed step ends, the first of its epoch: the batches the loop fetched beyond
-        those its training forwards took (one each) are fetched ahead (accelerate's,
+        those its models' forwards took (one each) are fetched ahead (accelerate's,
         Lightning's, timm's loaders fetch one, to know the last): from here the step's
-        reading is of the batches taken, so this step holds one batch, not two."""
+        reading is of the batches taken, so this step holds one batch, not two. The next
+        step confirms it (it takes one batch a forward), or the readings are of the
+        batches delivered again (a loop that takes two a forward: this one evens out)."""
         state, clock = self.train_loader, self.probe.clock
-        if not self.on or state is None or state.fetch_ahead is not None or clock.step != state.iter_step \
-                or not clock.forwards or state.counter is not None:
+        if not self.on or state is None or state.counter is not None:
             return
         live = state.live() if state.live is not None else None
-        if live is None:
+        if live is None or not clock.model_forwards:
             return
-        state.fetch_ahead = max(0, live._num_yielded - clock.forwards)
-        if state.fetch_ahead:
-            clock.training_iterator(taken_of(live, state), state.index, state.epoch[0])
+        if state.fetch_ahead is None and clock.step == state.iter_step:
+            state.fetch_ahead = max(0, live._num_yielded - clock.model_forwards)
+            if state.fetch_ahead:
+                state.ahead_check = live._num_yielded
+                clock.training_iterator(taken_of(live, state), state.index, state.epoch[0])
+        elif state.ahead_check is not None and clock.step == state.iter_step + 1:
+            if live._num_yielded - state.ahead_check != clock.model_forwards:
+                state.fetch_ahead = 0
+                clock.training_iterator(live, state.index, state.epoch[0])
+            state.ahead_check = None
 
     def schedule(self, params: dict, ack, state: LoaderState | None = None) -> None:
         """Apply loader settings: for later epochs at once, for the live epoch at the

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from array import array
 
+import pytest
+
 from fastmon.common.phases import STEP_FIELDS
 from fastmon.common.sample_count import LoaderReadings, reading_base, samples_in_first, split_reading
 from fastmon.common.step_events import ENTER, FORWARD_TRAIN, LEAVE_BATCH, LOADER_READING, STEP_END, UNTIMED_STEPS, StepAssembler
@@ -83,3 +85,51 @@ def test_an_epoch_whose_batch_size_changed_is_counted_in_samples():
     samples_mode = reading_base(0, 1, samples=True)
     assert [readings.step_samples(samples_mode + s) for s in (80, 100)] == [32, 20]
     assert [readings.step_samples(epoch2 + b) for b in (1, 2, 3, 4)] == [32, 32, 32, 4]
+
+
+def fetched_ahead(iterator):
+    """accelerate's DataLoaderShard's shape: the next batch is fetched before this one is given."""
+    current = next(iterator)
+    for following in iterator:
+        yield current
+        current = following
+    yield current
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_batches_taken_of_a_loader_fetched_one_ahead_are_counted_to_its_end(workers):
+    from torch.utils.data import DataLoader
+
+    from fastmon.probe.clock import TakenCount
+    from fastmon.probe.loader_hooks import tells_used_up, used_up
+
+    it = iter(DataLoader(range(10), batch_size=2, num_workers=workers))
+    assert tells_used_up(it)
+    taken = TakenCount(it, 1, used_up)
+    readings = [taken._num_yielded for _ in fetched_ahead(it)]  # read as each step ends
+    assert readings == [1, 2, 3, 4, 5]  # torch's own count: 2, 3, 4, 5, 5
+
+
+def test_a_count_whose_iterator_is_dropped_keeps_what_was_delivered():
+    from torch.utils.data import DataLoader
+
+    from fastmon.probe.clock import TakenCount
+    from fastmon.probe.loader_hooks import used_up
+
+    it = iter(DataLoader(range(10), batch_size=2))
+    taken = TakenCount(it, 1, used_up)
+    next(it), next(it)
+    assert taken._num_yielded == 1
+    del it  # a wrapper that drops it at its end (timm's) and then yields the last batch
+    assert taken._num_yielded == 2
+
+
+def test_a_persistent_workers_iterator_is_not_counted_ahead():
+    from torch.utils.data import DataLoader
+
+    from fastmon.probe.loader_hooks import tells_used_up
+
+    loader = DataLoader(range(10), batch_size=2, num_workers=1, persistent_workers=True)
+    it = iter(loader)
+    assert not tells_used_up(it)  # it looks the same just before its end and just after
+    del it, loader

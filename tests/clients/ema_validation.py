@@ -1,5 +1,6 @@
 """timm's train.py shape: trains one module, validates another (its EMA copy) under
-torch.inference_mode, through a loader wrapper that fetches one batch ahead."""
+torch.inference_mode, through a loader wrapper that fetches one batch ahead; its loss is
+a module, as timm's train_loss_fn is."""
 import time
 
 import copy
@@ -37,12 +38,13 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 train = PrefetchLoader(DataLoader(TensorDataset(torch.randn(SAMPLES, 16), torch.randint(0, 4, (SAMPLES,))),
                                   batch_size=BATCH, shuffle=True))
 val = PrefetchLoader(DataLoader(TensorDataset(torch.randn(128, 16), torch.randint(0, 4, (128,))), batch_size=32))
+loss_fn = nn.CrossEntropyLoss()  # a training-mode forward with no parameters: not the one that takes the batch
 started = time.perf_counter()
 steps = 0
 for epoch in range(EPOCHS):
     model.train()
     for x, y in train:
-        loss = nn.functional.cross_entropy(model(x), y)
+        loss = loss_fn(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
