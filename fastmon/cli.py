@@ -115,7 +115,7 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-to", type=trackers, default=[], metavar="TRACKERS",
                         help="send fastmon's step figures to tensorboard, wandb and/or mlflow (comma-separated): "
                              "into the script's own runs where it has them; prometheus serves them at /metrics")
-    parser.add_argument("--metrics-port", type=whole_number(0), default=METRICS_PORT, metavar="PORT",
+    parser.add_argument("--metrics-port", type=whole_number(0, 65535), default=METRICS_PORT, metavar="PORT",
                         help=f"with --log-to prometheus: the port of /metrics (default {METRICS_PORT}; "
                              "0 or a port taken: a free one, said at the start)")
     parser.add_argument("--baseline", metavar="RUN", help="a recorded run of the same work: at the end, this run "
@@ -162,14 +162,15 @@ def runs_dir_option() -> argparse.ArgumentParser:
     return parent
 
 
-def whole_number(least: int):
+def whole_number(least: int, most: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = least - 1
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {least}")
+        if value < least or (most is not None and value > most):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {least}"
+                                             + (f" to {most}" if most is not None else ""))
         return value
     return parse
 

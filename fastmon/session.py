@@ -189,8 +189,8 @@ class Session:
         try:
             self.metrics_server, port, taken = serve(lambda: self.view, self.run_dir.name,
                                                      node_rank(self.options.torchrun), self.options.metrics_port)
-        except OSError as exc:  # the training matters more than its metrics
-            self._notice(f"--log-to prometheus: /metrics could not be served: {exc}")
+        except Exception as exc:  # the training, started already, matters more than its metrics
+            self._notice(f"--log-to prometheus: /metrics could not be served: {type(exc).__name__}: {exc}")
             return
         self._notice(("" if taken is None else f"--log-to prometheus: {taken}; ")
                      + f"metrics for Prometheus at http://{socket.gethostname()}:{port}/metrics")

@@ -222,6 +222,12 @@ class Publisher:
             pass
         if self._thread.is_alive():
             self._thread.join(timeout=1.0)
+        if not self._thread.is_alive():
+            for fd in (self._wake_read, self._wake_write):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         deadline = time.monotonic() + timeout
         self._wait_sent(deadline)  # what is pending first, so the last batch is not dropped as "behind"
         self.flush(final)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One node of a multi-node training job: torchrun's ranks on this node, watched by fastmon
 # (headless), their figures served at /metrics for the cluster's Prometheus and recorded
-# in fastmon-runs/node<N>. Afterwards `fastmon report fastmon-runs/node*/<run>` merges the
-# nodes. Which node this is comes from the scheduler:
+# in fastmon-runs/node<N>. Afterwards `fastmon report fastmon-runs/node0/<run>
+# fastmon-runs/node1/<run> ...` merges the nodes (each names its run at its own start).
+# Which node this is comes from the scheduler:
 #   Slurm (srun, one task a node): SLURM_NNODES, SLURM_NODEID; the job's first node hosts
 #     the rendezvous
 #   Kubernetes (a Kubeflow PyTorchJob with nprocPerNode): PET_NNODES, PET_NODE_RANK,
@@ -16,7 +17,8 @@ set -euo pipefail
 nnodes=${NNODES:-${SLURM_NNODES:-${PET_NNODES:-1}}}
 node_rank=${NODE_RANK:-${SLURM_NODEID:-${PET_NODE_RANK:-0}}}
 if [[ -z "${MASTER_ADDR:-}" && -n "${SLURM_JOB_NODELIST:-}" ]]; then
-    MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+    # awk reads all of it: head would leave scontrol a broken pipe, fatal under pipefail
+    MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | awk 'NR == 1')
 fi
 
 exec fastmon run --headless --log-to prometheus --metrics-port "${METRICS_PORT:-9464}" \
