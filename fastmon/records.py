@@ -393,6 +393,11 @@ class RunRecord:
                                            "ORDER BY d.rank, d.step"):
             yield tuple(row), start
 
+    def fact_history(self) -> list[tuple[float, int, str, object]]:
+        """Every value each fact took, oldest first: (time, rank, key, value)."""
+        return [(t, rank, key, _json(value, f"fact {key!r}"))
+                for t, rank, key, value in self.db.execute("SELECT t, rank, key, value FROM facts ORDER BY t")]
+
     def facts(self) -> dict:
         """The latest value of every fact (rank 0's where ranks differ)."""
         out: dict = {}

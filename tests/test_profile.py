@@ -96,7 +96,7 @@ async def test_t_captures_the_next_steps_live_and_shows_them_again_in_replay(tmp
             await pilot.press("escape")
             assert not isinstance(app.screen, ProfileScreen)
             await pilot.press("q")
-            await pilot.press("s")
+            await pilot.press("ctrl+c")  # in the quit dialog: stop
         assert session.wait() != 0  # stopped with Ctrl-C
     finally:
         session.terminate()

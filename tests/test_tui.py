@@ -22,7 +22,7 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal
 
-from conftest import EXAMPLES, ROOT, clean_env, fastmon_cmd
+from conftest import EXAMPLES, ROOT, clean_env, fastmon_cmd, run_dirs
 from fastmon.session import RunOptions, Session
 from fastmon.common.phases import PHASES
 from fastmon.report import gpu_run_line
@@ -659,3 +659,16 @@ async def test_every_key_is_in_the_footer_or_the_help_with_one_meaning(tmp_path)
         assert shown == replay_help
         await pilot.press("escape")
         await pilot.press("q")
+
+
+@pytest.mark.e2e
+def test_a_replay_says_the_epoch_of_the_step_it_shows(run_fastmon, tmp_path):
+    # the record's last facts said "epoch 3/3" at step 1 as at the end
+    out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "3")
+    assert out.returncode == 0, out.stderr
+    (run,) = run_dirs(tmp_path)
+    source = ReplaySource(run)
+    source.jump(1)
+    assert (source.snapshot().epoch, source.snapshot().epochs_total) == (1, 3)
+    source.jump(source.length)
+    assert source.snapshot().epoch == 3

@@ -238,6 +238,9 @@ class ReplaySource:
         self.record = record = RunRecord(run_dir)
         self.meta = record.meta()
         self.facts = record.facts()
+        self._fact_history = record.fact_history()
+        self._fact_times = [t for t, _, _, _ in self._fact_history]
+        self._facts_made: tuple[int, dict] = (-1, {})
         self.host = record.samples("host")
         self._host_times = [ts for ts, _, _ in self.host]
         self.gpu = record.samples("gpu")
@@ -298,9 +301,24 @@ class ReplaySource:
         end = self._losses_by[chunks]
         return self._losses[max(end - LOSS_HISTORY, 0):end]
 
+    def _facts_upto(self, count: int) -> dict:
+        """The facts as the first ``count`` values recorded left them (rank 0's where ranks
+        differ): what the run knew of itself then, its epoch among them."""
+        if self._facts_made[0] != count:  # the screen redraws at one position many times
+            out: dict = {}
+            for rank_zero in (False, True):
+                out.update((key, value) for _, rank, key, value in self._fact_history[:count]
+                           if (rank == 0) == rank_zero)
+            self._facts_made = (count, out)
+        return self._facts_made[1]
+
     def _log_upto(self, t: float) -> int:
         """How many chunks of the log were printed by time ``t``."""
         return bisect.bisect_right(self._log_times, t)
+
+    def _facts_count(self, t: float) -> int:
+        """How many fact values were recorded by time ``t``."""
+        return bisect.bisect_right(self._fact_times, t)
 
     def _host_upto(self, t: float) -> int:
         """How many host samples were taken by time ``t``."""
@@ -330,7 +348,8 @@ class ReplaySource:
         started = self.meta.get("started") or (rows[0].t_end if rows else 0)
         return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
                      elapsed=max(t - started, 0.0), steps=self.position, run=self._run_upto(), rows=rows,
-                     rank_rows=rank_rows, facts=self.facts, argv=argv, host=host, gpu_samples=gpu,
+                     rank_rows=rank_rows, facts=self.facts if at_end else self._facts_upto(self._facts_count(t)),
+                     argv=argv, host=host, gpu_samples=gpu,
                      gpu_note=self.meta.get("gpu_note") or "", advice=self.advice, applied=self.applied,
                      dropped=self.meta.get("dropped", 0), replay=(self.position, self.length),
                      current=self._current_window() if at_end and rows else None,
