@@ -664,11 +664,14 @@ async def test_every_key_is_in_the_footer_or_the_help_with_one_meaning(tmp_path)
 @pytest.mark.e2e
 def test_a_replay_says_the_epoch_of_the_step_it_shows(run_fastmon, tmp_path):
     # the record's last facts said "epoch 3/3" at step 1 as at the end
-    out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "3")
+    out = run_fastmon("run", "--headless", EXAMPLES / "starved.py", "--epochs", "3", "--samples", "640",
+                      "--load-ms", "0.2", "--open-ms", "0")
     assert out.returncode == 0, out.stderr
     (run,) = run_dirs(tmp_path)
     source = ReplaySource(run)
     source.jump(1)
     assert (source.snapshot().epoch, source.snapshot().epochs_total) == (1, 3)
+    source.jump(25)  # 20 steps an epoch
+    assert source.snapshot().epoch == 2
     source.jump(source.length)
     assert source.snapshot().epoch == 3

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastmon.advisor.bound import bound
+from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
 from fastmon.common.run_status import ENDED_STATUSES, RunStatus
 from fastmon.live_state import LOSS_HISTORY, RSS_HISTORY, training_rss
@@ -224,6 +225,30 @@ class LiveSource:
         return False, list(view.output[-fresh:]) if fresh > 0 else []
 
 
+def epoch_at(epochs: list[tuple[int, int]], step: int) -> int:
+    """The epoch ``step`` is in, from ``epochs_by_step``: the latest epoch begun by then, and
+    between the facts recorded (a short epoch's may never be sent) as many more as the
+    steps an epoch takes (the last fact's: its epoch began after so many)."""
+    began, last = epochs[-1]
+    per_epoch = began / (last - 1) if last > 1 else None
+    known = bisect.bisect_right(epochs, (step, float("inf")))
+    since, epoch = epochs[known - 1] if known else (0, 1)
+    if per_epoch:
+        epoch += int((step - since) // per_epoch)
+    return min(epoch, last)
+
+
+def epochs_by_step(facts: dict, history: list) -> list[tuple[int, int]]:
+    """(the step an epoch began at, that epoch), for the training loader, from each value
+    its fact took (each says the step its latest epoch began at); empty for a record
+    older than that."""
+    loader = Facts(values=facts).training_loader()
+    key = f"loader.{loader.get('id')}" if loader else None
+    return sorted({(value["epoch_began"], value["epochs"]) for _, _, name, value in history
+                   if name == key and isinstance(value, dict) and value.get("epoch_began") is not None
+                   and value.get("epochs")})
+
+
 class ReplaySource:
     """Snapshots of a recorded run, at a scrubbable step position. The first rank's wall
     times and samples are read as columns; the rows the screen shows are read as it moves,
@@ -238,9 +263,7 @@ class ReplaySource:
         self.record = record = RunRecord(run_dir)
         self.meta = record.meta()
         self.facts = record.facts()
-        self._fact_history = record.fact_history()
-        self._fact_times = [t for t, _, _, _ in self._fact_history]
-        self._facts_made: tuple[int, dict] = (-1, {})
+        self._epochs = epochs_by_step(self.facts, record.fact_history())
         self.host = record.samples("host")
         self._host_times = [ts for ts, _, _ in self.host]
         self.gpu = record.samples("gpu")
@@ -301,24 +324,9 @@ class ReplaySource:
         end = self._losses_by[chunks]
         return self._losses[max(end - LOSS_HISTORY, 0):end]
 
-    def _facts_upto(self, count: int) -> dict:
-        """The facts as the first ``count`` values recorded left them (rank 0's where ranks
-        differ): what the run knew of itself then, its epoch among them."""
-        if self._facts_made[0] != count:  # the screen redraws at one position many times
-            out: dict = {}
-            for rank_zero in (False, True):
-                out.update((key, value) for _, rank, key, value in self._fact_history[:count]
-                           if (rank == 0) == rank_zero)
-            self._facts_made = (count, out)
-        return self._facts_made[1]
-
     def _log_upto(self, t: float) -> int:
         """How many chunks of the log were printed by time ``t``."""
         return bisect.bisect_right(self._log_times, t)
-
-    def _facts_count(self, t: float) -> int:
-        """How many fact values were recorded by time ``t``."""
-        return bisect.bisect_right(self._fact_times, t)
 
     def _host_upto(self, t: float) -> int:
         """How many host samples were taken by time ``t``."""
@@ -346,10 +354,9 @@ class ReplaySource:
                   if at_end else RunStatus.REPLAY)
         argv = script_args(self.meta.get("target") or [])
         started = self.meta.get("started") or (rows[0].t_end if rows else 0)
-        return build(title=self.title, status=status, exit_code=exit_code if at_end else None,
+        snap = build(title=self.title, status=status, exit_code=exit_code if at_end else None,
                      elapsed=max(t - started, 0.0), steps=self.position, run=self._run_upto(), rows=rows,
-                     rank_rows=rank_rows, facts=self.facts if at_end else self._facts_upto(self._facts_count(t)),
-                     argv=argv, host=host, gpu_samples=gpu,
+                     rank_rows=rank_rows, facts=self.facts, argv=argv, host=host, gpu_samples=gpu,
                      gpu_note=self.meta.get("gpu_note") or "", advice=self.advice, applied=self.applied,
                      dropped=self.meta.get("dropped", 0), replay=(self.position, self.length),
                      current=self._current_window() if at_end and rows else None,
@@ -361,6 +368,9 @@ class ReplaySource:
                      rss=[r for ts, _, s in self.host[:self._host_upto(t)][-RSS_HISTORY:]
                           if (r := training_rss(s)) is not None],
                      losses=self._losses_upto(len(self.log) if at_end else self._log_upto(t)))
+        if not at_end and self._epochs:  # the record's last facts say the last epoch
+            snap.epoch = epoch_at(self._epochs, at_step)
+        return snap
 
     def events(self, kind: str) -> list[dict]:
         return [e for e in self.recorded_events if e["kind"] == kind]
