@@ -527,6 +527,15 @@ class Terminal:
         return text in self.shown
 
 
+def detach(terminal) -> None:
+    """Once the dashboard draws: q opens the quit dialog, q again detaches."""
+    terminal.read_for(3.0)
+    os.write(terminal.master, b"q")
+    assert terminal.read_until(b"Detach, let it finish", 20)
+    terminal.read_for(1.0)
+    os.write(terminal.master, b"q")
+
+
 @pytest.mark.e2e
 def test_detaching_in_a_terminal_leaves_the_training_running_with_its_status_lines(tmp_path):
     # the dashboard in a real (pseudo) terminal: q asks, q again detaches; the training
@@ -540,11 +549,7 @@ def test_detaching_in_a_terminal_leaves_the_training_running_with_its_status_lin
                             env=clean_env(TERM="xterm-256color"), start_new_session=True)
     os.close(terminal.slave)
     try:
-        terminal.read_for(3.0)  # the dashboard up and drawing
-        os.write(terminal.master, b"q")
-        assert terminal.read_until(b"Detach, let it finish", 20)
-        terminal.read_for(1.0)
-        os.write(terminal.master, b"q")
+        detach(terminal)
         while proc.poll() is None and terminal.read_for(0.5):
             pass
         assert proc.wait(timeout=60) == 0
@@ -577,11 +582,7 @@ def test_ctrl_c_after_detaching_stops_the_training_with_its_summary(tmp_path):
                             env=clean_env(TERM="xterm-256color"), preexec_fn=own_terminal)
     os.close(terminal.slave)
     try:
-        terminal.read_for(3.0)
-        os.write(terminal.master, b"q")
-        assert terminal.read_until(b"Detach, let it finish", 20)
-        terminal.read_for(1.0)
-        os.write(terminal.master, b"q")
+        detach(terminal)
         assert terminal.read_until(b"(Ctrl-C stops it)", 20)
         terminal.read_for(2.0)
         os.write(terminal.master, b"\x03")
