@@ -7,8 +7,8 @@ runs slower (each operator passes through Python) and is left out of the steady 
 
 Not torch's ``FlopCounterMode`` itself: its module tracker installs global module hooks
 (torch.compile then warns on the user's screen) and it decomposes operators it has no
-formula for, which runs other kernels. A compiled model is not counted: its kernels never
-reach a dispatch mode. See README "FLOPs and MFU".
+formula for, which runs other kernels. A compiled model's kernels never reach a dispatch
+mode: its eager code is counted on shapes alone (``shape_count``). See README "FLOPs and MFU".
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from fastmon.probe.shape_count import Watch, can_run_eagerly, count_on_shapes
 from fastmon.probe.torch_private import TorchDispatchMode, current_dispatch_mode, dispatch_mode_active
 
 COUNT_AT_STEP = 3  # the first count: past the first step's start-up and the lazy ones after it
@@ -77,7 +78,7 @@ class FlopCount:
     def __init__(self, probe) -> None:
         self.probe = probe
         self.start_at = COUNT_AT_STEP
-        self.active: _Counting | None = None
+        self.active: _Counting | Watch | None = None
         self.step = 0
         self.started_ns = 0
 
@@ -97,11 +98,16 @@ class FlopCount:
         return False
 
     def _start(self, step: int) -> None:
-        if self.probe.forward_part.compile_in_use:
-            self._report(step, error="the model is compiled: its kernels do not pass through a dispatch mode")
-            return
         if dispatch_mode_active():
             self._report(step, error="the script runs under a dispatch mode of its own")
+            return
+        if self.probe.forward_part.compile_in_use:  # its kernels never reach a dispatch mode: count on shapes
+            if not can_run_eagerly():
+                self._report(step, error="the model is compiled, and this torch cannot run it as eager code on "
+                                         "shapes alone (torch.compiler.set_stance: torch 2.6 and later)")
+                return
+            self.active = self.probe.forward_part.count_watch = Watch()
+            self.step = step
             return
         mode = _under_dynamo()() if "torch._dynamo" in sys.modules else _Counting()
         mode.__enter__()
@@ -109,6 +115,10 @@ class FlopCount:
 
     def _stop(self, next_step: int) -> None:
         mode, self.active = self.active, None
+        if isinstance(mode, Watch):
+            self.probe.forward_part.count_watch = None
+            self._count_compiled(mode, next_step)
+            return
         seconds = (time.perf_counter_ns() - self.started_ns) / 1e9
         if current_dispatch_mode() is not mode:
             mode.counting = False  # a mode the script entered sits above ours: leave the stack to it
@@ -123,13 +133,42 @@ class FlopCount:
         self._report(self.step, to_step=next_step - 1, flops=sum(mode.by_dtype.values()),
                      by_dtype=dict(mode.by_dtype), seconds=round(seconds, 4))
 
+    def _count_compiled(self, watch: Watch, next_step: int) -> None:
+        """The step's training forwards, run again on shapes alone between the steps: the
+        time it takes falls in ``next_step``, left out of the steady run with the counted one."""
+        if not watch.forwards:
+            self._report(self.step, error="no training forward of the compiled model was seen in the step")
+            return
+        started = time.perf_counter_ns()
+        mode = _under_dynamo()() if "torch._dynamo" in sys.modules else _Counting()
+        try:
+            count_on_shapes(watch.forwards, mode, self.probe.forward_part)
+        except Exception as exc:
+            mode.counting, failed = False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+        else:
+            failed = "torch's FLOP formula failed on an operator of this step" if not mode.counting else None
+        seconds = round((time.perf_counter_ns() - started) / 1e9, 4)
+        if failed:
+            self._report(self.step, to_step=next_step, seconds=seconds,
+                         error=f"the compiled model's eager code could not be counted on shapes alone ({failed})")
+            return
+        by_dtype = collections.Counter({dtype: flops * watch.seen // len(watch.forwards)
+                                        for dtype, flops in mode.by_dtype.items()})
+        autocast = watch.forwards[0].autocast
+        if autocast and "float32" in by_dtype:  # the matrix work autocast ran in its dtype
+            by_dtype[autocast] += by_dtype.pop("float32")
+        self._report(self.step, to_step=next_step, flops=sum(by_dtype.values()), by_dtype=dict(by_dtype),
+                     seconds=seconds, on="shapes")
+
     def _report(self, step: int, to_step: int | None = None, **fields) -> None:
         self.probe.event("flops", from_step=step, to_step=step if to_step is None else to_step, **fields)
 
     def close(self) -> None:
         """At the script's exit, or when the probe goes off: a count under way ends uncounted."""
         mode, self.active, self.start_at = self.active, None, math.inf
-        if mode is not None and current_dispatch_mode() is mode:
+        if isinstance(mode, Watch):
+            self.probe.forward_part.count_watch = None
+        elif mode is not None and current_dispatch_mode() is mode:
             try:
                 mode.__exit__(None, None, None)
             except Exception as exc:

@@ -92,6 +92,7 @@ class ForwardPart(Part):
         self.eval_grad_reported = False
         self.next_autocast_check = 0
         self.last_inputs = None
+        self.count_watch = None  # a compiled model's FLOP count: the counted step's forwards (shape_count.Watch)
         self._orig_train = nn_module.Module.train
         self._orig_compile = torch.compile
         self._orig_module_compile = nn_module.Module.compile
@@ -278,7 +279,7 @@ class ForwardPart(Part):
                     or get_ident() != main_thread:
                 return inner(*args, **kwargs)
             try:
-                part.on_root_forward(module, args)
+                part.on_root_forward(module, args, kwargs)
             except Exception as exc:
                 part.fail(exc)
                 return inner(*args, **kwargs)
@@ -324,7 +325,7 @@ class ForwardPart(Part):
         return None
 
     # --- timing ---------------------------------------------------------------------
-    def on_root_forward(self, module, args) -> None:
+    def on_root_forward(self, module, args, kwargs=None) -> None:
         """A top-level forward starts: the probe's own bookkeeping, then the event."""
         probe = self.probe
         clock = probe.clock
@@ -342,6 +343,8 @@ class ForwardPart(Part):
                     clock.reclassify_gap_as_data_wait()
                 if has_params and args:
                     clock.put((SAMPLES, batch_size_of(args[0], 1 if id(module) in self.sequence_first else 0)))
+            if has_params and self.count_watch is not None:
+                self.count_watch.add(module, args, kwargs)
             if has_params and self.cuda:  # for a batch-size trial between steps (batch_change.check_fits)
                 self.last_inputs = (weakref.ref(module), remember_inputs(args))
             if clock.step >= self.next_autocast_check and clock.forwards == 0:

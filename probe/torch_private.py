@@ -15,9 +15,11 @@ import re
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._pytree import tree_leaves, tree_map
 
 __all__ = ["TorchDispatchMode", "current_dispatch_mode", "dispatch_mode_active", "foreach_norm", "is_python_frame",
-           "kineto_events", "missing", "optimizer_hook_dicts", "pattern_matcher", "profiler_running"]
+           "kineto_events", "missing", "optimizer_hook_dicts", "pattern_matcher", "profiler_running",
+           "tree_leaves", "tree_map"]
 
 # what a Python frame of a with_stack capture is called, where the event cannot say
 _PYTHON_FRAME = re.compile(r"^nn\.Module: |^<built-in |\(\d+\): ")

@@ -11,6 +11,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from conftest import ROOT, SCRIPTS, clean_env
 from fastmon.peaks import math_dtype, peak_tflops
@@ -126,6 +127,26 @@ def test_a_calibrated_chip_s_rate_is_what_a_run_is_read_against(run_fastmon, tmp
     assert compute["measured_tflops"] == float(rate)
     assert compute["of_measured"] == pytest.approx(compute["tflops_per_s"] / float(rate), abs=1e-3)
     assert cpu in json.loads((tmp_path / "cache" / "fastmon" / "calibration.json").read_text())
+
+
+@pytest.mark.e2e
+def test_a_compiled_mlp_is_counted_on_shapes_as_its_eager_model_and_nothing_recompiles(run_fastmon, report,
+                                                                                       tmp_path):
+    bare = subprocess.run([sys.executable, MLP, "--compile"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=clean_env())
+    out = run_fastmon("run", "--headless", MLP, "--compile")
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^weights \w+$", out.stdout, re.M).group() == bare.stdout.strip()
+    summary = report()
+    compute = summary["compute"]
+    if not hasattr(torch.compiler, "set_stance"):  # torch 2.4-2.5: said, not guessed
+        assert "this torch cannot run it as eager code on shapes alone" in compute["flops_why"]
+        return
+    assert compute["flops_per_step"] == by_hand()  # the eager count's, exactly
+    assert (summary["compile"]["graphs"], summary["compile"]["recompiles"]) == (1, 0)  # nothing compiled for shapes
+    counted = compute["counted_at_step"]
+    assert {(u["step"], u["why"]) for u in summary["startup_steps"]} >= {(counted, "FLOP count"),
+                                                                        (counted + 1, "FLOP count")}
 
 
 @pytest.mark.e2e

@@ -1,5 +1,6 @@
-"""An MLP whose FLOPs a step are worked out by hand (tests/test_flops.py); prints a digest
-of its weights after training, so that a run under fastmon can be compared with a bare one."""
+"""An MLP whose FLOPs a step are worked out by hand (tests/test_flops.py), compiled with
+``--compile``; prints a digest of its weights after training, so that a run under fastmon can
+be compared with a bare one."""
 
 import hashlib
 import sys
@@ -8,13 +9,15 @@ import torch
 
 WIDTHS = (16, 1024, 1024, 10)
 BATCH = 64
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+STEPS = next((int(a) for a in sys.argv[1:] if a.isdigit()), 20)
 
 torch.manual_seed(0)
 layers = []
 for n_in, n_out in zip(WIDTHS, WIDTHS[1:]):
     layers += [torch.nn.Linear(n_in, n_out), torch.nn.ReLU()]
 model = torch.nn.Sequential(*layers[:-1])
+if "--compile" in sys.argv:
+    model = torch.compile(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 for step in range(STEPS):
     x, y = torch.randn(BATCH, WIDTHS[0]), torch.randint(0, WIDTHS[-1], (BATCH,))
