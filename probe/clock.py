@@ -38,25 +38,35 @@ class TakenCount:
     """The batches the training took of an iterator that a loop fetches ``ahead`` batches
     in front of (accelerate's, Lightning's, timm's loaders, to know the last): torch's
     count less ``ahead`` until ``ended(iterator)``, then all of them. Read at each step's
-    end as the iterator itself is, in the optimizer's hook: it never raises. It holds the
-    iterator weakly: a wrapper that drops it at its StopIteration (timm's) and then
-    yields the last batch has taken them all."""
+    end as the iterator itself is, in the optimizer's hook: it never raises. Once all of
+    its ``total`` batches are delivered, ``at_last(iterator)`` is called (to see its
+    StopIteration). It holds the iterator weakly: one dropped with every batch delivered
+    (timm's wrapper drops it at its StopIteration, then yields the last) has had them all
+    taken; one dropped before (a loop that broke off) never had the batch fetched ahead
+    trained on."""
 
-    __slots__ = ("iterator", "ahead", "ended", "delivered", "done")
+    __slots__ = ("iterator", "ahead", "ended", "total", "at_last", "delivered", "done")
 
-    def __init__(self, iterator, ahead: int, ended) -> None:
+    def __init__(self, iterator, ahead: int, ended, total: int | None = None, at_last=None) -> None:
         self.iterator, self.ahead, self.ended = weakref.ref(iterator), ahead, ended
+        self.total, self.at_last = total, at_last
         self.delivered, self.done = 0, False
 
     @property
     def _num_yielded(self) -> int:
+        if self.done:
+            return self.delivered
         try:
             it = self.iterator()
             if it is None:
-                self.done = True
+                self.done = self.total is None or self.delivered >= self.total
             else:
                 self.delivered = it._num_yielded
-                self.done = self.done or self.ended(it)
+                self.done = self.ended(it)
+                if not self.done and self.at_last is not None and self.total is not None \
+                        and self.delivered >= self.total:
+                    at_last, self.at_last = self.at_last, None
+                    at_last(it)
         except Exception:
             self.done = True  # what cannot be read is taken as it was delivered
         return self.delivered if self.done else max(0, self.delivered - self.ahead)

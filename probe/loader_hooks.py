@@ -88,13 +88,14 @@ class IterTags:
     after which no method call on the iterator is specialized any more, at every batch of
     the epoch, timed or not (``benchmarks/probe_instructions.py``)."""
 
-    __slots__ = ("state", "iter_seconds", "pending", "source")
+    __slots__ = ("state", "iter_seconds", "pending", "source", "ended")
 
     def __init__(self, state: LoaderState) -> None:
         self.state = state
         self.iter_seconds: float | None = None  # iter()'s time, while its first batch (from new workers) is awaited
         self.pending: tuple | None = None  # (state, params, ack): a rebuild due at the next batch
         self.source: Rebuilt | None = None  # what serves the batches after a rebuild
+        self.ended = False  # the __next__ wrapper saw its StopIteration
 
 
 TAGS = "_fastmon_tags"
@@ -129,31 +130,44 @@ class Rebuilt:
         return batch
 
 
-def taken_of(iterator, state: LoaderState):
+def taken_of(iterator, state: LoaderState, at_last=None):
     """What the clock reads of the training iterator: its own count, or of the batches the
-    training took where the loop fetches ahead and the iterator's end can be told."""
-    if state.fetch_ahead and tells_used_up(iterator):
-        return TakenCount(iterator, state.fetch_ahead, used_up)
-    return iterator
+    training took where the loop fetches ahead and the iterator's end can be told (by
+    itself, or by the ``__next__`` wrapper, put in by ``at_last`` once every batch of an
+    iterator of known length is delivered)."""
+    if not state.fetch_ahead:
+        return iterator
+    try:
+        total = len(iterator)
+    except Exception:
+        total = None  # an IterableDataset's
+    if total is None and not tells_used_up(iterator):
+        return iterator
+    return TakenCount(iterator, state.fetch_ahead, used_up, total, at_last)
 
 
 def used_up(iterator) -> bool:
-    """Whether the iterator has raised StopIteration: after a live rebuild, its in-flight
-    batches served and the new loader's iterator used up; a multi-process one (without
-    persistent workers) has shut its workers down; a single-process one's batch sampler,
-    a generator, has ended (a multi-process one's ends early: its workers take indices
-    ahead)."""
+    """Whether the iterator has raised StopIteration: the ``__next__`` wrapper saw it; after
+    a live rebuild, its in-flight batches served and the new loader's iterator used up; a
+    multi-process one (without persistent workers) has shut its workers down; a
+    single-process one's batch sampler, a generator, has ended (a multi-process one's ends
+    early: its workers take indices ahead)."""
     tags = getattr(iterator, TAGS, None)
+    if tags is not None and tags.ended:
+        return True
     source = tags.source if tags is not None else None
     if source is not None:
         return not source.buffered and (source.new_iter is None or used_up(source.new_iter))
+    if getattr(iterator, "_persistent_workers", False):
+        return False  # it looks the same just before its StopIteration and just after
     shutdown = getattr(iterator, "_shutdown", None)
     return shutdown if shutdown is not None else iterator._sampler_iter.gi_frame is None
 
 
 def tells_used_up(iterator) -> bool:
-    """Whether ``used_up`` can tell: a persistent-workers iterator looks the same just before
-    its StopIteration and just after, and a sampler that is no generator never ends visibly."""
+    """Whether ``used_up`` can tell by the iterator alone: a persistent-workers iterator
+    looks the same just before its StopIteration and just after, and a sampler that is no
+    generator never ends visibly."""
     if getattr(iterator, "_persistent_workers", False):
         return False
     return hasattr(iterator, "_shutdown") or isinstance(getattr(iterator, "_sampler_iter", None), types.GeneratorType)
@@ -196,6 +210,7 @@ class LoaderPart(Part):
         self._report_lock = threading.Lock()  # the publisher's round and a settings change both report
         self.timed_next = None
         self.first_batch_pending: weakref.WeakSet = weakref.WeakSet()  # iterators whose first batch is awaited
+        self.end_pending: weakref.WeakSet = weakref.WeakSet()  # fetched-ahead iterators whose StopIteration is awaited
 
     # --- patches --------------------------------------------------------------------
     def install(self) -> None:
@@ -210,7 +225,11 @@ class LoaderPart(Part):
                 return part.first_batch(it, tags)
             source = tags.source if tags is not None else None
             if not clock.timing or not part.on or get_ident() != main_thread:
-                return source.next(it) if source is not None else orig_next(it)
+                try:
+                    return source.next(it) if source is not None else orig_next(it)
+                except StopIteration:
+                    part.saw_end(it, tags)
+                    raise
             entered = False
             try:
                 if clock.backwards_since_step and not optimizer_part.created:
@@ -226,9 +245,11 @@ class LoaderPart(Part):
                 source = tags.source  # a rebuild may have just set it
             try:
                 batch = source.next(it) if source is not None else orig_next(it)
-            except BaseException:
+            except BaseException as exc:
                 if entered:
                     put((LEAVE, perf_counter_ns()))
+                if isinstance(exc, StopIteration):
+                    part.saw_end(it, tags)
                 raise
             if entered:
                 try:
@@ -282,6 +303,7 @@ class LoaderPart(Part):
         DataLoader.__iter__ = self._orig_iter
         DataLoader.__init__ = self._orig_init
         self.first_batch_pending.clear()
+        self.end_pending.clear()
         self.disarm()
 
     def arm(self) -> None:
@@ -290,8 +312,24 @@ class LoaderPart(Part):
     def disarm(self) -> None:
         # Iterators that delegate to a rebuilt loader need the wrapper at every batch, and
         # an iterator's first batch is timed whether its step is or not.
-        if not self.rebuilt and not self.first_batch_pending:
+        if not self.rebuilt and not self.first_batch_pending and not self.end_pending:
             dl._BaseDataLoaderIter.__next__ = self._orig_next
+
+    def watch_end(self, it) -> None:
+        """Every batch of a fetched-ahead iterator is delivered: the wrapper stays in until
+        its StopIteration, which tells that the loop has taken them all."""
+        self.end_pending.add(it)
+        self.arm()
+
+    def saw_end(self, it, tags: IterTags | None) -> None:
+        try:
+            if tags is not None:
+                tags.ended = True
+            self.end_pending.discard(it)
+            if not self.probe.clock.timing:
+                self.disarm()
+        except Exception as exc:
+            self.fail(exc)
 
     # --- timing ---------------------------------------------------------------------
     def rebuild_now(self, it, tags: IterTags) -> None:
@@ -326,7 +364,7 @@ class LoaderPart(Part):
             state.role = "eval"  # a validation loop under no_grad or inference_mode
         state.counter = None  # a new epoch: one batch size again
         if state is self.train_loader:
-            self.probe.clock.training_iterator(taken_of(it, state), state.index, state.epoch[0])
+            self.probe.clock.training_iterator(taken_of(it, state, self.watch_end), state.index, state.epoch[0])
         tags = IterTags(state)
         setattr(it, TAGS, tags)
         if starts_workers:
@@ -422,7 +460,7 @@ class LoaderPart(Part):
         if state.counter is not None:
             self.probe.clock.training_iterator(state.counter, state.index, state.epoch[0], samples=True)
         elif live is not None:
-            self.probe.clock.training_iterator(taken_of(live, state), state.index, state.epoch[0])
+            self.probe.clock.training_iterator(taken_of(live, state, self.watch_end), state.index, state.epoch[0])
 
     def before_step_end(self) -> None:
         """A timed step ends, the first of its epoch: the batches the loop fetched beyond
@@ -441,7 +479,7 @@ class LoaderPart(Part):
             state.fetch_ahead = max(0, live._num_yielded - clock.model_forwards)
             if state.fetch_ahead:
                 state.ahead_check = live._num_yielded
-                clock.training_iterator(taken_of(live, state), state.index, state.epoch[0])
+                clock.training_iterator(taken_of(live, state, self.watch_end), state.index, state.epoch[0])
         elif state.ahead_check is not None and clock.step == state.iter_step + 1:
             if live._num_yielded - state.ahead_check != clock.model_forwards:
                 state.fetch_ahead = 0

@@ -110,6 +110,20 @@ def test_a_loop_that_fetches_a_batch_ahead_gives_each_step_its_own(run_fastmon, 
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("arguments", [("--workers", "2", "--persistent"), ("--workers", "2", "--persistent",
+                                                                           "--break-after", "7")])
+def test_a_fetched_ahead_loader_with_persistent_workers_gives_each_step_its_own(run_fastmon, tmp_path, arguments):
+    # a persistent-workers iterator looks the same just before its end and after: each
+    # epoch's first step held two batches and its last none until its StopIteration was watched
+    out = run_fastmon("run", "--headless", SCRIPTS / "fetch_ahead.py", *arguments)
+    assert_untouched(out)
+    steps, samples = own_count(out.stdout)
+    (run,) = run_dirs(tmp_path)
+    per_step = [n for (n,) in sqlite3.connect(run / "run.sqlite").execute("SELECT samples FROM steps ORDER BY step")]
+    assert len(per_step) == steps and per_step == [16] * steps and samples == 16 * steps
+
+
+@pytest.mark.e2e
 def test_recompilations_are_counted_as_dynamo_logs_them_and_advised_at_their_line(run_fastmon, report):
     # dynamo's counters["recompiles"] stays empty on torch 2.13: a loop recompiling five
     # times was reported "0 recompilations" and the rule could never fire

@@ -110,26 +110,38 @@ def test_the_batches_taken_of_a_loader_fetched_one_ahead_are_counted_to_its_end(
     assert readings == [1, 2, 3, 4, 5]  # torch's own count: 2, 3, 4, 5, 5
 
 
-def test_a_count_whose_iterator_is_dropped_keeps_what_was_delivered():
+def test_a_dropped_iterator_counts_all_at_its_end_and_not_the_batch_ahead_before_it():
     from torch.utils.data import DataLoader
 
     from fastmon.probe.clock import TakenCount
     from fastmon.probe.loader_hooks import used_up
 
-    it = iter(DataLoader(range(10), batch_size=2))
-    taken = TakenCount(it, 1, used_up)
-    next(it), next(it)
+    at_end = iter(DataLoader(range(10), batch_size=2))
+    taken = TakenCount(at_end, 1, used_up, total=5)
+    for _ in range(5):
+        next(at_end)
+    assert taken._num_yielded == 4
+    del at_end  # timm's wrapper drops it at its StopIteration, then yields the last batch
+    assert taken._num_yielded == 5
+    broken_off = iter(DataLoader(range(10), batch_size=2))
+    taken = TakenCount(broken_off, 1, used_up, total=5)
+    next(broken_off), next(broken_off)
     assert taken._num_yielded == 1
-    del it  # a wrapper that drops it at its end (timm's) and then yields the last batch
-    assert taken._num_yielded == 2
+    del broken_off  # a loop that broke off: the batch it fetched ahead was never trained on
+    assert taken._num_yielded == 1
 
 
-def test_a_persistent_workers_iterator_is_not_counted_ahead():
+def test_a_persistent_workers_iterator_s_end_is_watched_once_all_is_delivered():
     from torch.utils.data import DataLoader
 
-    from fastmon.probe.loader_hooks import tells_used_up
+    from fastmon.probe.clock import TakenCount
+    from fastmon.probe.loader_hooks import tells_used_up, used_up
 
     loader = DataLoader(range(10), batch_size=2, num_workers=1, persistent_workers=True)
     it = iter(loader)
     assert not tells_used_up(it)  # it looks the same just before its end and just after
+    watched = []
+    taken = TakenCount(it, 1, used_up, total=len(it), at_last=watched.append)
+    readings = [taken._num_yielded for _ in fetched_ahead(it)]
+    assert readings == [1, 2, 3, 4, 4] and watched == [it]  # the wrapper tells the rest
     del it, loader
