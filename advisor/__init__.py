@@ -7,9 +7,9 @@ May import: the standard library and the shared vocabulary ``fastmon.common``. N
 probe or the TUI (checked by tests/test_layering.py).
 """
 
-from fastmon.advisor.engine import advise
+from fastmon.advisor.engine import advise, rules_digest
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.types import Advice
 from fastmon.advisor.window import Window, recent
 
-__all__ = ["Advice", "Facts", "Window", "advise", "recent"]
+__all__ = ["Advice", "Facts", "Window", "advise", "recent", "rules_digest"]

@@ -1,6 +1,11 @@
-"""Runs every rule over a window and the facts; ordered by estimated gain."""
+"""Runs every rule over a window and the facts; ordered by estimated gain. The rules'
+digest stamps each record, so that advice recorded by other rules is derived again."""
 
 from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
 
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.rules import RULES
@@ -17,3 +22,14 @@ def advise(window: Window, facts: Facts, disabled: frozenset = frozenset()) -> l
         if advice is not None:
             found.append(advice)
     return sorted(found, key=lambda a: -(a.est_gain or 1.0))
+
+
+@functools.cache
+def rules_digest() -> str:
+    """A digest of the advisor's source (its rules, thresholds and texts): two records with
+    the same digest were advised by the same rules."""
+    digest = hashlib.sha256()
+    here = Path(__file__).parent
+    for path in sorted(here.rglob("*.py")):
+        digest.update(path.relative_to(here).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]

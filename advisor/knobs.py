@@ -31,5 +31,7 @@ def batch_setting(facts, batch: int | None, factor: float) -> str:
     new = int(batch * factor) if batch else None
     if framework(facts) == TRAINER:
         return f"TrainingArguments(..., per_device_train_batch_size={new or f'x{factor:g}'})"
+    if framework(facts) == PLAIN and facts.training_loader() is None:  # batches the script makes itself
+        return f"the script's own batch size x{factor:g}" + (f" ({batch} → {new} samples a step)" if batch else "")
     where = " in train_dataloader()" if framework(facts) == LIGHTNING else ""
     return f"DataLoader(..., batch_size={new or f'x{factor:g}'}){where}"

@@ -7,12 +7,15 @@ import sys
 import threading
 
 from fastmon.advisor import Window, recent
+from fastmon.advisor.bound import bound
 from fastmon.advisor.types import SUGGESTION, gain_text
+from fastmon.advisor.verdict import verdict
 from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.common.run_status import RunStatus
 from fastmon.progress import progress, script_args
 from fastmon.report import clock, gib, known, profile_lines, si, spawned_line
-from fastmon.summary import counted_samples, current_rows, first_count, flops_figures
+from fastmon.summary import (compiled_model, counted_samples, current_rows, first_count, flops_figures, rows_span,
+                             util_in_span)
 from fastmon.common.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
@@ -30,7 +33,8 @@ def status_line(view, argv: list[str] = ()) -> str:
     if not steps:
         # "0.0 steps/s" while the script imports and loads its data reads like a stall
         return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
-    window = Window.from_rows(recent(current_rows(list(rows), list(view.applied), rank0.left_out), STATUS_WINDOW))
+    shown = recent(current_rows(list(rows), list(view.applied), rank0.left_out), STATUS_WINDOW)
+    window = Window.from_rows(shown)
     shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
     epoch, epochs, eta = progress(view.facts, list(argv), steps, window.steps_per_s, view.status == RunStatus.RUNNING)
     parts = [f"[fastmon] {clock(view.elapsed())} step {steps}"
@@ -51,6 +55,12 @@ def status_line(view, argv: list[str] = ()) -> str:
     if compute["tflops_per_s"] is not None:
         parts.append(si(compute["tflops_per_s"] * 1e12, "FLOP/s")
                      + (f" MFU {compute['mfu']:.1%}" if compute["mfu"] is not None else ""))
+    busy = next(iter(util_in_span(list(view.gpu), rows_span(shown)).values()), None)
+    found = verdict(bound(window.shares, busy, (view.facts.get("environment") or {}).get("accelerator") == "cuda",
+                          window.typical_data_wait), window.shares, list(view.advice), list(view.applied), busy,
+                    compiled_model(view.facts))
+    if found:
+        parts.append(found.issue)
     if applying:
         parts.append(f"trying {applying[0]['id']}")
     return " | ".join(parts)

@@ -122,10 +122,18 @@ def compute_lines(c: dict | None) -> list[str]:
             "; `fastmon doctor --calibrate` measures what this chip reaches"
         lines = [f"  compute: {si(c['flops_per_step'], 'FLOP')} a step (counted at step {c['counted_at_step']}, "
                  f"{c['dtype']}), {si(c['tflops_per_s'] * 1e12, 'FLOP/s')} achieved; {mfu}{reached}"]
-    if c.get("bound"):
-        lines.append(f"  {c['bound']}: {c['bound_why']}")
-        if c.get("remedies"):
-            lines.append("    to try: " + "; ".join(c["remedies"]))
+    return lines
+
+
+def verdict_lines(s: dict) -> list[str]:
+    """The run's verdict (``advisor.verdict``), and for a launch-bound run what else to try."""
+    v = s.get("verdict")
+    if not v:
+        return []
+    lines = [f"  verdict: {v['issue']} — {v['why']} — next: {v['next']}"]
+    remedies = (s.get("compute") or {}).get("remedies")
+    if remedies and len(remedies) > 1:
+        lines.append("    also to try: " + "; ".join(remedies[1:]))
     return lines
 
 
@@ -157,6 +165,7 @@ def format_text(s: dict) -> str:
         f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {steady}{s['steps_per_s']:.2f} steps/s · "
         f"{samples} · {ending(exit_code)}")
     lines.append(f"  step time median {s['step_ms']['median']:.2f} ms, p90 {s['step_ms']['p90']:.2f} ms")
+    lines += verdict_lines(s)
     lines += startup_lines(s)
     for event in s.get("spawned_training") or []:
         lines.append(f"  note: {spawned_line(event, s.get('script') or 'SCRIPT')}")
@@ -244,7 +253,8 @@ def format_text(s: dict) -> str:
     for kind, heading in ((PROBLEM, "advice"), (SUGGESTION, "suggestions (good habits; nothing measured)")):
         listed = [a for a in recommended if a.get("kind", PROBLEM) == kind]
         if listed:
-            lines += ["", f"  {heading}:"]
+            lines += ["", f"  {heading}" + (" (derived again with today's rules: this record's came from an older "
+                                             "fastmon)" if s.get("advice_rederived") and kind == PROBLEM else "") + ":"]
         elif kind == PROBLEM and not s["applied"]:
             lines += ["", "  advice: nothing to change — no problem fastmon knows was measured in this run"]
         for a in listed:

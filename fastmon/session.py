@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastmon import __version__
-from fastmon.advisor import Facts, Window, advise, recent
+from fastmon.advisor import Facts, Window, advise, recent, rules_digest
 from fastmon.channel import ChannelServer
 from fastmon.common.handover import OUTPUT_FDS_ENV
 from fastmon.common.run_status import RunStatus
@@ -150,7 +150,7 @@ class Session:
                 "profile_at": self.options.profile_at,
                 # what `fastmon compare` names when two runs' environments differ
                 "fastmon": __version__, "python": platform.python_version(), "host": socket.gethostname(),
-                "gpu_driver": self.gpu.driver}
+                "gpu_driver": self.gpu.driver, "advisor": rules_digest()}
         for key, value in meta.items():
             self.recorder.meta(key, value)
         env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_SECRET=self.channel.secret,

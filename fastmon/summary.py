@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastmon.advisor.bound import LAUNCH, bound, launch_remedies
 from fastmon.advisor.types import PROBLEM
+from fastmon.advisor.verdict import verdict
 from fastmon.advisor.window import Window
 from fastmon.calibration import measured_tflops
 from fastmon.peaks import math_dtype, peak_tflops
@@ -201,15 +202,24 @@ def summarize(run_dir) -> dict:
         summary["record_lacks"] = record_lacks(metas, last_ends, summary["dropped"], made, events)
         summary["output_dropped_bytes"] = sum((m.get("output") or {}).get("dropped_bytes", 0) for m in metas)
         summary["channel_refused"] = sum((m.get("channel") or {}).get("refused", 0) for m in metas)
-        summary["advice"] = [_advice_out(a) for rec in records for a in rec.advice()]
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         facts = records[0].facts()
+        from fastmon.rederive import advice_now, advised_by_other_rules  # (it reads this module's windows)
+
+        summary["advice_rederived"] = advised_by_other_rules(meta)
+        if summary["advice_rederived"]:
+            advice = advice_now(records[0], ranks[0] if ranks else 0, primary, left_out, summary["applied"], facts,
+                                meta)
+        else:
+            advice = [a for rec in records for a in rec.advice()]
+        summary["advice"] = [_advice_out(a) for a in advice]
         summary["permanent"] = permanent_changes(summary["applied"], facts, summary["advice"])
         summary["permanent_changes"] = [line_text(c) for c in summary["permanent"]]
         summary["changes"] = before_and_after(primary, summary["applied"], set(left_out))
         summary["timing"] = facts.get("timing")  # the probe's measure of what a timed step costs
         summary["compile"] = facts.get("compile")
         summary["compute"] = compute(summary, events, primary, facts)
+        summary["verdict"] = run_verdict(summary, facts)
         summary["probe_faults"] = [e for e in events if e["kind"] == "probe_fault"]
         summary["profiles"] = [e for e in events if e["kind"] == "profile"]
         summary["spawned_training"] = [e for e in events if e["kind"] == "spawned_training"]
@@ -338,13 +348,26 @@ def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) ->
                  "bound_why": verdict[1] if verdict else "no GPU utilization was sampled during the steps",
                  "gpu_busy_in_steps": busy}
     if verdict and verdict[0] == LAUNCH:
-        compiled = bool(summary.get("compile")) or "model.OptimizedModule" in facts or any(
-            (v or {}).get("wrapper") == "torch.compile" for k, v in facts.items() if k.startswith("model."))
-        out["remedies"] = launch_remedies(compiled)
+        out["remedies"] = launch_remedies(compiled_model(facts))
     count = first_count(events)
     step = count["from_step"] if count else None
     samples = table.samples[table.position(step)] if step is not None and table.has(step) else 0
     return {**flops_figures(count, samples, summary["steps_per_s"], summary["samples_per_s"], facts), **out}
+
+
+def compiled_model(facts: dict) -> bool:
+    """Whether the run's model is compiled (torch.compile or Module.compile)."""
+    return bool(facts.get("compile")) or "model.OptimizedModule" in facts or any(
+        (v or {}).get("wrapper") == "torch.compile" for k, v in facts.items() if k.startswith("model."))
+
+
+def run_verdict(summary: dict, facts: dict) -> dict | None:
+    """The verdict of the steady run as it is after fastmon's changes (the report's "after")."""
+    c = summary["compute"]
+    now = (summary.get("changes") or {}).get("after") or summary
+    found = verdict((c["bound"], c["bound_why"]) if c.get("bound") else None, now["phases"], summary["advice"],
+                    summary["applied"], c.get("gpu_busy_in_steps"), compiled_model(facts))
+    return found.as_dict() if found else None
 
 
 def flops_figures(count: dict | None, samples_at_count: int, steps_per_s: float, samples_per_s: float,

@@ -383,3 +383,27 @@ def test_one_slow_stretch_among_a_few_steps_is_not_data_bound():
 
     assert bound({"data_wait": 0.6}, None, False, typical_data=0.01)[0] == "compute-bound"
     assert bound({"data_wait": 0.6}, None, False, typical_data=0.55)[0] == "data-bound"
+
+
+def test_the_verdict_names_the_limit_its_evidence_and_one_next_step():
+    from fastmon.advisor.bound import launch_remedies
+    from fastmon.advisor.verdict import DATA_NEXT, NOTHING, verdict
+
+    data = ("data-bound", "36% of the step waits for the next batch")
+    workers = {"id": "dataloader.num_workers", "kind": "problem", "status": "open", "est_gain": 2.0,
+               "title": "More workers", "fix": "DataLoader(..., num_workers=N)"}
+    persistent = dict(workers, id="dataloader.persistent_workers", est_gain=1.3, title="Keep them", fix="p")
+    habit = dict(workers, id="lr_schedule", kind="suggestion", est_gain=9.0)
+    found = verdict(data, {"data_wait": 0.36}, [persistent, habit, workers], [])
+    assert (found.issue, found.why, found.next) == ("data-bound 36%", data[1], "More workers: DataLoader(..., "
+                                                                                 "num_workers=N)")
+    # a kept fix, the run still waiting, nothing left to try: said so, and what would help
+    kept = [dict(workers, status="kept"), dict(persistent, status="kept")]
+    found = verdict(data, {"data_wait": 0.36}, kept, [{"id": "dataloader.num_workers", "kept": True}])
+    assert (found.issue, found.next) == ("still data-bound 36%", DATA_NEXT)
+    found = verdict(("launch-bound", "long"), {}, [], [], gpu_busy=25.0, compiled=True)
+    assert found.issue == "launch-bound (GPU busy 25%)" and found.next == launch_remedies(True)[0]
+    assert "up to 4.0x" in found.why
+    assert verdict(("compute-bound", "busy"), {}, [habit], [{"kept": True}]).as_dict() == {
+        "issue": "compute-bound", "why": "busy", "next": NOTHING}
+    assert verdict(None, {}, [workers], []) is None  # a GPU run without NVML's utilization

@@ -10,6 +10,7 @@ import pytest
 from textual.app import App, ComposeResult
 
 from conftest import ROOT
+from fastmon.advisor.verdict import verdict
 from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.tui.app import FastmonApp
 from fastmon.tui.colors import PHASE_COLORS
@@ -151,7 +152,7 @@ class OutcomeAlone(App):
 
 
 def snapshot(**fields) -> SimpleNamespace:
-    base = dict(experiment=None, outcome=None, applied=[], advice=[], steps=400, status="running", bound=None)
+    base = dict(experiment=None, outcome=None, applied=[], advice=[], steps=400, status="running", verdict=None)
     return SimpleNamespace(**{**base, **fields})
 
 
@@ -167,17 +168,20 @@ async def test_a_change_under_way_reads_as_an_experiment():
                                     "now 1,020 samples/s")
 
 
-async def test_a_run_with_nothing_to_change_says_so_and_why():
+async def test_the_outcome_line_is_the_verdict_issue_why_next():
     app = OutcomeAlone()
-    async with app.run_test(size=(120, 10)):
+    async with app.run_test(size=(160, 10)):
         outcome = app.query_one(Outcome)
-        bound = ("compute-bound", "the GPU is busy 96% of the steps' time")
-        outcome.show(snapshot(bound=bound, status="finished", outcome={"before_after": None, "permanent": []},
-                              advice=[{"id": "lr_schedule", "kind": "suggestion", "status": "open"}]))
-        assert text_of(outcome) == "✔ nothing to change: compute-bound, the GPU is busy 96% of the steps' time"
-        outcome.show(snapshot(bound=("data-bound", "60% of the step waits"), advice=[
-            {"id": "dataloader.num_workers", "kind": "problem", "status": "open"}]))
-        assert not outcome.display  # the advice speaks then
+        settled = verdict(("compute-bound", "the GPU is busy 96% of the steps' time"), {}, [
+            {"id": "lr_schedule", "kind": "suggestion", "status": "open", "title": "t", "fix": "f"}], [])
+        outcome.show(snapshot(verdict=settled, status="finished", outcome={"before_after": None, "permanent": []}))
+        assert text_of(outcome) == "✔ compute-bound — the GPU is busy 96% of the steps' time — next: nothing to change"
+        starved = verdict(("data-bound", "60% of the step waits for the next batch"), {"data_wait": 0.6}, [
+            {"id": "dataloader.num_workers", "kind": "problem", "status": "open", "est_gain": 2.0,
+             "title": "Load data in parallel: more DataLoader workers", "fix": "DataLoader(..., num_workers=N)"}], [])
+        outcome.show(snapshot(verdict=starved))
+        assert text_of(outcome) == ("● data-bound 60% — 60% of the step waits for the next batch — next: Load data in "
+                                    "parallel: more DataLoader workers: DataLoader(..., num_workers=N)")
 
 
 @pytest.mark.parametrize("run, size", [(DEMO, size) for size in SIZES] + [(GPU_RUN, (110, 35)), (GPU_RUN, (160, 48))],

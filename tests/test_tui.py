@@ -264,6 +264,8 @@ async def test_the_finished_dashboard_shows_the_report_s_figures(tmp_path):
             await pilot.pause(0.5)
             header = text_of(app.query_one(RunHeader))
             shown = {p: round(v, 5) for p, v in app.snapshot.recent.shares.items()}
+            verdict, outcome = app.snapshot.verdict, text_of(app.query_one(Outcome))
+            starved = "STARVED" in text_of(app.query_one(SharesBar))
             await pilot.press("q")
     finally:
         session.terminate()
@@ -272,6 +274,13 @@ async def test_the_finished_dashboard_shows_the_report_s_figures(tmp_path):
     assert report["applied"] and report["changes"]  # a fix stayed in effect
     assert f"run {report['steps_per_s']:,.2f} steps/s, {report['samples_per_s']:,.1f} samples/s" in header
     assert shown == pytest.approx(current_phases(report), abs=2e-5)
+    # one verdict: the end screen's, the replay's last step's, the report's and the json's
+    assert verdict.as_dict() == report["verdict"] == ReplaySource(session.run_dir).snapshot().verdict.as_dict()
+    assert f"{verdict.issue} — {verdict.why} — next: {verdict.next}" in outcome
+    assert verdict.issue in header and starved == ("data-bound" in verdict.issue)
+    text = subprocess.run(fastmon_cmd("report", session.run_dir), capture_output=True, text=True, env=clean_env(),
+                          timeout=60).stdout
+    assert f"  verdict: {verdict.issue} — {verdict.why} — next: {verdict.next}" in text
 
 
 @pytest.mark.parametrize("recorded", RECORDED_RUNS, ids=lambda p: p.name)
@@ -289,6 +298,8 @@ async def test_the_replay_at_its_end_shows_the_report_s_figures(tmp_path, record
         gpu_text = text_of(app.query_one("#gpu-text"))
         for device in (report["gpu"].get("devices") or []):
             assert gpu_run_line(device) in gpu_text
+        assert app.snapshot.verdict.as_dict() == report["verdict"]  # advice of an older record derived again
+        assert report["advice_rederived"] and f"next: {report['verdict']['next']}" in text_of(app.query_one(Outcome))
         await pilot.press("q")
 
 

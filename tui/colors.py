@@ -16,4 +16,3 @@ PHASE_COLORS = {
     "other": "#bab0ac",  # grey
 }
 assert set(PHASE_COLORS) == set(PHASE_LABELS) == set(PHASES)
-STARVED_SHARE = 0.3  # a data_wait share above this is shown as a starved run

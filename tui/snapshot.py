@@ -9,17 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastmon.advisor.bound import bound
+from fastmon.advisor.verdict import Verdict, verdict
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
 from fastmon.common.run_status import ENDED_STATUSES, RunStatus
 from fastmon.live_state import LOSS_HISTORY, RSS_HISTORY, training_rss
 from fastmon.permanent import line_text, permanent_changes
 from fastmon.printed_loss import printed_losses
+from fastmon.rederive import advice_now, advised_by_other_rules
 from fastmon.common.phases import COLUMN, PHASES, StepRow
 from fastmon.progress import progress, script_args
 from fastmon.common.verdicts import params_text
 from fastmon.step_table import StepTable
-from fastmon.summary import (before_and_after, counted_samples, current_window, first_count, flops_figures,
+from fastmon.summary import (before_and_after, compiled_model, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
                              rows_span, steady_span, straggler, util_in_span, window_summary)
 
@@ -64,6 +66,7 @@ class Snapshot:
     capturing: bool = False  # a torch.profiler capture asked for or under way
     compute: dict = field(default_factory=dict)  # summary.flops_figures at the run's rates
     bound: tuple | None = None  # advisor.bound's (verdict, why) of the recent steps
+    verdict: Verdict | None = None  # issue, why, next: of the same steps (advisor.verdict)
     experiment: dict | None = None  # the live change being measured (ExperimentRunner.progress)
     outcome: dict | None = None  # once the run has ended: ``before_after`` and ``permanent`` (the report's)
     selected: StepRow | None = None  # in replay: the step at the scrubber
@@ -149,6 +152,7 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
     typical = snap.recent.typical_data_wait if snap.recent.steps else None
     snap.bound = bound(snap.recent.shares, gpu_busy, on_gpu, typical) if snap.recent.steps else None
+    snap.verdict = verdict(snap.bound, snap.recent.shares, advice, applied, gpu_busy, compiled_model(facts))
     return snap
 
 
@@ -267,7 +271,6 @@ class ReplaySource:
         self.host = record.samples("host")
         self._host_times = [ts for ts, _, _ in self.host]
         self.gpu = record.samples("gpu")
-        self.advice = record.advice()
         self.applied = record.applied()
         self.log = record.log()
         self.recorded_events = record.events()
@@ -275,6 +278,8 @@ class ReplaySource:
         first_rank = self.ranks[0] if self.ranks else 0
         self.table = StepTable.read(record, first_rank) if self.ranks else StepTable.empty()
         self.left_out = steady_left_out(self.table, slowed_steps(self.recorded_events).get(first_rank, {}))
+        self.advice = (advice_now(record, first_rank, self.table, self.left_out, self.applied, self.facts, self.meta)
+                       if advised_by_other_rules(self.meta) else record.advice())
         self._walls_upto = list(itertools.accumulate(self.table.walls, initial=0.0))
         self._left_out_at = sorted(p for p in map(self.table.position, self.left_out) if p < len(self.table))
         self._current: Window | None = None

@@ -12,7 +12,7 @@ first, so an out-of-memory never reaches the training loop) only on the user's a
 """
 
 from fastmon.advisor.knobs import PLAIN, batch_setting, framework
-from fastmon.advisor.types import HOT_APPLY, KEYWORDS, Advice, Apply, Permanent
+from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, KEYWORDS, Advice, Apply, Permanent
 
 ID = "batch_size"
 MAX_GPU_UTIL = 50.0
@@ -42,12 +42,13 @@ def check(window, facts):
         ID, "Use a larger batch: the GPU is mostly idle",
         f"the GPU is busy {util:.0f}% of the steps' time, peak memory {memory_fraction:.0%} of {total / 2**30:.0f} GiB"
         + (f", batch {batch}" if batch else ""),
-        None, HOT_APPLY,
+        None, HOT_APPLY if loader else CODE_CHANGE,  # without a DataLoader, no batch fastmon can change
         fix=f"{batch_setting(facts, batch, BATCH_FACTOR)} and the LR x{lr_scale:g} ({rule} rule), schedulers' "
             f"base_lrs too",
         why="per-step overhead is paid per batch: a larger batch spreads it over more samples",
         location=loader.get("location"), confidence="medium",
-        apply=Apply("batch_size", {"factor": BATCH_FACTOR, "lr_scale": lr_scale}, changes_maths=True),
+        apply=Apply("batch_size", {"factor": BATCH_FACTOR, "lr_scale": lr_scale}, changes_maths=True) if loader
+        else None,
     )
 
 

@@ -1,15 +1,15 @@
-"""What fastmon's changes are doing or did: the experiment under way with its progress,
-at the end the fix with its measured gain and the code that keeps it; for a run with
-nothing to change, that and why."""
+"""The run's verdict (issue, why, next) and what fastmon's changes are doing or did: the
+experiment under way with its progress, at the end the fix with its measured gain and the
+code that keeps it."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.widgets import Static
 
-from fastmon.common.run_status import RunStatus
-from fastmon.common.verdicts import FASTER, KEPT, OPEN, change_text, params_text, rates_text, result_text
-from fastmon.advisor.types import PROBLEM
+from fastmon.advisor.verdict import NOTHING
+from fastmon.common.run_status import ENDED_STATUSES, RunStatus
+from fastmon.common.verdicts import FASTER, change_text, params_text, rates_text, result_text
 from fastmon.tui.widgets.panel import Panel
 
 QUIET_STEPS = 50  # a run this far without advice says so
@@ -69,13 +69,18 @@ def fixed_lines(snap) -> list[Text]:
     return lines
 
 
-def quiet_line(snap) -> Text | None:
-    """A run with no problem to fix says so, with the evidence."""
-    problems = [a for a in snap.advice if a.get("kind", PROBLEM) == PROBLEM and a.get("status") in (OPEN, KEPT)]
-    if problems or snap.steps < QUIET_STEPS or not snap.bound:
+def verdict_line(snap) -> Text | None:
+    """The verdict of the steps shown (``advisor.verdict``): issue, why, next; once the run
+    has gone ``QUIET_STEPS`` steps, or has ended."""
+    v = snap.verdict
+    if v is None or (snap.steps < QUIET_STEPS and snap.status not in ENDED_STATUSES):
         return None
-    text = Text("✔ nothing to change" + (" so far" if snap.status == RunStatus.RUNNING else ""), style="bold green")
-    text.append(f": {snap.bound[0]}, {snap.bound[1]}")
+    settled = v.next == NOTHING
+    text = Text("✔ " if settled else "● ", style="bold green" if settled else "bold yellow")
+    text.append(v.issue, style="bold")
+    text.append(f" — {v.why} — next: ")
+    text.append(v.next + (" so far" if settled and snap.status == RunStatus.RUNNING else ""),
+                style="bold green" if settled else "bold cyan")
     return text
 
 
@@ -83,15 +88,14 @@ class Outcome(Panel, Static):
     panel_id = "outcome"
 
     def signature(self, snap) -> object:
-        return (snap.experiment, snap.outcome is not None, len(snap.applied), snap.steps // 50, snap.bound)
+        return (snap.experiment, snap.outcome is not None, len(snap.applied), snap.steps // 50, snap.verdict)
 
     def show(self, snap) -> None:
         if snap.experiment:
             lines = [experiment_line(snap.experiment)]
         else:
-            lines = fixed_lines(snap) if snap.outcome is not None else []
-            quiet = None if lines else quiet_line(snap)
-            lines = lines or ([quiet] if quiet else [])
+            found = verdict_line(snap)
+            lines = ([found] if found else []) + (fixed_lines(snap) if snap.outcome is not None else [])
         self.display = bool(lines)
         if lines:
             self.update(Text("\n").join(lines))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from fastmon.advisor.bound import COMPUTE
 from fastmon.common.phases import PHASES
 from fastmon.common.run_status import RunStatus
 from fastmon.report import clock, si
@@ -61,8 +62,8 @@ class RunHeader(Static):
             mfu = snap.compute.get("mfu")
             line2.append(f" · {si(snap.compute['tflops_per_s'] * 1e12, 'FLOP/s')}"
                          + (f" MFU {mfu:.1%}" if mfu is not None else ""))
-        if snap.bound:
-            line2.append(f" · {snap.bound[0]}", style="bold yellow" if snap.bound[0] != "compute-bound" else "")
+        if snap.verdict:
+            line2.append(f" · {snap.verdict.issue}", style="bold yellow" if snap.bound[0] != COMPUTE else "")
         if snap.capturing and snap.status == RunStatus.RUNNING:
             line2.append(" · torch.profiler capturing: these steps run slower", style="bold yellow")
         if busy_redraw:

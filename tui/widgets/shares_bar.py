@@ -6,8 +6,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
+from fastmon.advisor.bound import DATA
 from fastmon.common.phases import PHASE_LABELS, PHASES
-from fastmon.tui.colors import PHASE_COLORS, STARVED_SHARE
+from fastmon.tui.colors import PHASE_COLORS
 from fastmon.tui.widgets.panel import Panel
 
 
@@ -25,9 +26,10 @@ def segments(shares: dict, width: int) -> list[int]:
     return cells
 
 
-def legend_items(shares: dict) -> list[Text]:
+def legend_items(shares: dict, starved: bool) -> list[Text]:
+    """``starved``: the verdict of these steps is data-bound (``advisor.verdict``)."""
     items = []
-    if shares["data_wait"] >= STARVED_SHARE:
+    if starved:
         items.append(Text(f" STARVED: {shares['data_wait']:.0%} waiting for data ", style="bold white on red"))
     for phase in PHASES:
         item = Text("■ ", style=PHASE_COLORS[phase])
@@ -52,27 +54,28 @@ class SharesBar(Panel, Widget):
     panel_id = "shares"
 
     def signature(self, snap) -> object:
-        return snap.steps
+        return snap.steps, snap.bound
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.shares = {p: 0.0 for p in PHASES}
+        self.starved = False
 
     def show(self, snap) -> None:
         width = max(self.content_size.width, 1)
-        lines = len(wrapped(legend_items(self.shares), width))
-        self.shares = snap.recent.shares
-        self.refresh(layout=len(wrapped(legend_items(self.shares), width)) != lines)  # its height is the legend's
+        lines = len(wrapped(legend_items(self.shares, self.starved), width))
+        self.shares, self.starved = snap.recent.shares, bool(snap.bound) and snap.bound[0] == DATA
+        self.refresh(layout=len(wrapped(legend_items(self.shares, self.starved), width)) != lines)  # the legend's height
 
     def get_content_height(self, container, viewport, width: int) -> int:
-        return 1 + len(wrapped(legend_items(self.shares), max(width, 1)))
+        return 1 + len(wrapped(legend_items(self.shares, self.starved), max(width, 1)))
 
     def render(self) -> Text:
         width = max(self.content_size.width, 1)
         bar = Text()
         for phase, cells in zip(PHASES, segments(self.shares, width)):
             bar.append("█" * cells, style=PHASE_COLORS[phase])
-        return Text("\n").join([bar, *wrapped(legend_items(self.shares), width)])
+        return Text("\n").join([bar, *wrapped(legend_items(self.shares, self.starved), width)])
 
 
 PANEL = SharesBar

@@ -1,0 +1,67 @@
+"""The one verdict every surface shows (the live header and outcome line, the end screen,
+the replay, the headless status line, the report and ``report --json``): *issue* (the
+limit the steps press on, with its share), *why* (the evidence), *next* (the one thing to
+do, or "nothing to change"). One function, given the same window's ``bound`` and the same
+advice, so the surfaces cannot disagree."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from fastmon.advisor.bound import COMMUNICATION, COMPUTE, DATA, LAUNCH, launch_remedies
+from fastmon.advisor.types import PROBLEM
+from fastmon.common.verdicts import OPEN
+
+NOTHING = "nothing to change"
+# what to do where no rule has a change to offer: the limit's own remedy
+DATA_NEXT = ("nothing fastmon can change live: make a sample cheaper to load (cache decoded data, lighter "
+             "transforms) or give the loading more cores")
+COMM_NEXT = "overlap or shrink the communication (DDP's no_sync under gradient accumulation, larger buckets)"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    issue: str
+    why: str
+    next: str
+
+    def text(self) -> str:
+        return f"{self.issue} — {self.why} — next: {self.next}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def verdict(found: tuple[str, str] | None, shares: dict, advice: list[dict], applied: list[dict],
+            gpu_busy: float | None = None, compiled: bool = False) -> Verdict | None:
+    """``found``: ``bound``'s (limit, evidence) of the window; ``shares``: its phases'
+    shares; ``advice``: the advisor's, each with its status; ``applied``: fastmon's changes
+    (a limit that remains after one was kept is "still" there). None without a limit."""
+    if found is None:
+        return None
+    limit, why = found
+    issue = {DATA: f"data-bound {shares.get('data_wait', 0.0):.0%}",
+             COMMUNICATION: f"communication-bound {shares.get('comm', 0.0):.0%}",
+             LAUNCH: f"launch-bound (GPU busy {gpu_busy:.0f}%)" if gpu_busy is not None else "launch-bound",
+             }.get(limit, limit)
+    if limit == LAUNCH and gpu_busy is not None:  # the bound's evidence, told short
+        why = (f"the GPU is busy {gpu_busy:.0f}% of the steps' time and the host is not waiting for data: it waits "
+               f"for kernel launches (up to {100 / max(gpu_busy, 1):.1f}x if launching were free)")
+    if limit != COMPUTE and any(a.get("kept") for a in applied):
+        issue = f"still {issue}"
+    return Verdict(issue, why, next_step(limit, advice, compiled))
+
+
+def next_step(limit: str, advice: list[dict], compiled: bool) -> str:
+    """The open problem the advisor expects most of; else the limit's own remedy."""
+    problems = [a for a in advice if a.get("kind", PROBLEM) == PROBLEM and a.get("status", OPEN) == OPEN]
+    if problems:
+        best = max(problems, key=lambda a: (a.get("est_gain") or 1.0, a["id"]))
+        return f"{best['title']}: {best['fix']}" if best.get("fix") else best["title"]
+    if limit == DATA:
+        return DATA_NEXT
+    if limit == LAUNCH:
+        return launch_remedies(compiled)[0]
+    if limit == COMMUNICATION:
+        return COMM_NEXT
+    return NOTHING
