@@ -11,10 +11,11 @@ from fastmon.records import RunRecord
 from fastmon.report import mib
 from fastmon.step_table import StepTable
 from fastmon.summary import slowed_steps, steady_left_out, summarize
-from fastmon.common.verdicts import BETWEEN_RUNS_NOISE, NO_CHANGE, SLOWER, change_text, is_recommended, judge, rate_error, \
-    rates_text, result_text, speed_interval
+from fastmon.common.verdicts import (BETWEEN_RUNS_NOISE, NO_CHANGE, NOISE, RUNS_THAT_MEASURE_NOISE, SLOWER, change_text,
+                                     is_recommended, judge, rate_error, rates_text, result_text, speed_interval)
 
 BLOCKS = 10  # a run's steady steps in this many blocks: their spread is its noise
+SIBLINGS_KEPT = 6  # the latest runs of A's work whose spread is the noise between runs
 WORKLOAD = ("script", "arguments", "batch", "world_size")
 ENVIRONMENT = ("torch", "python", "fastmon", "gpus", "gpu_driver", "cpus", "host")
 
@@ -120,21 +121,59 @@ def differences(a: dict, b: dict, keys) -> list[dict]:
             if a.get(k) is not None and b.get(k) is not None and a.get(k) != b.get(k)]
 
 
-def judged(a: dict, b: dict) -> dict:
-    """B's speed against A's: the ratio, its interval and the verdict, under the names a
-    change applied live has (``Experiment.result``)."""
+def between_runs_noise(run_a, run_b) -> dict:
+    """How far runs of A's work (the same script text, arguments and host; exit 0, nothing
+    changed live) have differed in samples/s in A's runs folder, B aside: of the latest
+    SIBLINGS_KEPT, A among them. Where RUNS_THAT_MEASURE_NOISE or more, their spread (at
+    least NOISE) is the least interval between two runs; else BETWEEN_RUNS_NOISE."""
+    a, b = Path(run_a).resolve(), Path(run_b).resolve()
+    key = work_key(a)
+    siblings = [run for run in sorted(a.parent.iterdir()) if run != b and (run / "run.sqlite").is_file()
+                and (run == a or work_key(run) == key)] if key else [a]
+    rates = []
+    for run in reversed(siblings):  # the latest first: folders are named by their start
+        try:
+            summary = summarize(run)
+        except Exception:
+            continue  # (a damaged sibling measures nothing)
+        if summary["exit_code"] == 0 and not summary["applied"] and summary["samples_per_s"]:
+            rates.append(summary["samples_per_s"])
+        if len(rates) == SIBLINGS_KEPT:
+            break
+    if len(rates) < RUNS_THAT_MEASURE_NOISE:
+        return {"floor": BETWEEN_RUNS_NOISE, "runs": len(rates), "measured": False}
+    return {"floor": round(max(NOISE, max(rates) / min(rates) - 1), 4), "runs": len(rates), "measured": True}
+
+
+def work_key(run) -> tuple | None:
+    """What makes two runs the same work, for ``between_runs_noise``; None where unknown."""
+    try:
+        record = RunRecord(run)
+        try:
+            meta = record.meta()
+        finally:
+            record.close()
+    except Exception:
+        return None  # a damaged or foreign folder is no sibling
+    digest = meta.get("script_digest")
+    return (digest, tuple(meta.get("target") or ()), meta.get("host")) if digest else None
+
+
+def judged(a: dict, b: dict, floor: float = BETWEEN_RUNS_NOISE) -> dict:
+    """B's speed against A's: the ratio, its interval (never narrower than ``floor`` either
+    way) and the verdict, under the names a change applied live has (``Experiment.result``)."""
     rates = {"before_samples_per_s": round(a["samples_per_s"], 3), "after_samples_per_s": round(b["samples_per_s"], 3)}
     if not a["samples_per_s"] or not b["samples_per_s"]:
         return {**rates, "speedup": None, "speedup_interval": None, "verdict": judge(None)}
-    interval = speed_interval(b["samples_per_s"] / a["samples_per_s"], (a["error"], b["error"]), BETWEEN_RUNS_NOISE)
+    interval = speed_interval(b["samples_per_s"] / a["samples_per_s"], (a["error"], b["error"]), floor)
     return {**rates, "speedup": round(interval[0], 4),
             "speedup_interval": [round(interval[1], 4), round(interval[2], 4)], "verdict": judge(interval)}
 
 
-def phase_changes(a: dict, b: dict) -> list[dict]:
+def phase_changes(a: dict, b: dict, floor: float = BETWEEN_RUNS_NOISE) -> list[dict]:
     """Each phase whose ms a step moved beyond its own noise (twice the two runs' errors
-    of its mean, and BETWEEN_RUNS_NOISE of A's figure: two processes differ that much with
-    nothing changed), with how far, in A's step time and in its own noise: most first."""
+    of its mean, and ``floor`` of A's figure: two processes differ that much with nothing
+    changed), with how far, in A's step time and in its own noise: most first."""
     noise_a = (a["ranks"].get(min(a["ranks"])) or {}).get("phase_noise") if a["ranks"] else None
     noise_b = (b["ranks"].get(min(b["ranks"])) or {}).get("phase_noise") if b["ranks"] else None
     if not noise_a or not noise_b:
@@ -144,7 +183,7 @@ def phase_changes(a: dict, b: dict) -> list[dict]:
         ms_a, ms_b = noise_a[phase]["ms"], noise_b[phase]["ms"]
         error = (noise_a[phase]["error_ms"] ** 2 + noise_b[phase]["error_ms"] ** 2) ** 0.5
         moved = ms_b - ms_a
-        beyond = max(2 * error, BETWEEN_RUNS_NOISE * ms_a)
+        beyond = max(2 * error, floor * ms_a)
         if abs(moved) > beyond and moved:
             out.append({"phase": phase, "ms_per_step": round(moved, 4), "a_ms": ms_a, "b_ms": ms_b,
                         "of_a_step": round(moved / a["step_ms_mean"], 4) if a["step_ms_mean"] else None,
@@ -173,12 +212,14 @@ def explained_by(a: dict, b: dict, moved_phases: list[dict]) -> dict | None:
 
 def compare(run_a, run_b) -> dict:
     a, b = side(run_a), side(run_b)
+    noise = between_runs_noise(run_a, run_b)
     speeds_a, speeds_b = a["ranks"], b["ranks"]
     nothing = {"samples_per_s": 0}
-    primary = judged(speeds_a[min(speeds_a)] if speeds_a else nothing, speeds_b[min(speeds_b)] if speeds_b else nothing)
+    primary = judged(speeds_a[min(speeds_a)] if speeds_a else nothing, speeds_b[min(speeds_b)] if speeds_b else nothing,
+                     noise["floor"])
     shared = sorted(set(speeds_a) & set(speeds_b)) if len(speeds_a) > 1 else []
-    ranks = [{"rank": r, **judged(speeds_a[r], speeds_b[r])} for r in shared]
-    moved = phase_changes(a, b)
+    ranks = [{"rank": r, **judged(speeds_a[r], speeds_b[r], noise["floor"])} for r in shared]
+    moved = phase_changes(a, b, noise["floor"])
     grew = [c for c in moved if c["ms_per_step"] > 0]
     return {"a": a, "b": b, **primary,
             "step_time_ratio": round(1 / primary["speedup"], 4) if primary["speedup"] else None,
@@ -186,7 +227,7 @@ def compare(run_a, run_b) -> dict:
             "phases_moved": moved,
             "workload_differs": differences(a["workload"], b["workload"], WORKLOAD),
             "environment_differs": differences(a["environment"], b["environment"], ENVIRONMENT),
-            "ranks": ranks}
+            "ranks": ranks, "between_runs_noise": noise}
 
 
 def slowdown_pct(result: dict) -> float | None:
@@ -273,6 +314,11 @@ def format_text(result: dict) -> str:
     if a["bound"] or b["bound"]:
         row("bound", a["bound"] or "-", b["bound"] or "-")
     lines += ["", f"  verdict: {verdict_line(result)}"]
+    noise = result["between_runs_noise"]
+    lines.append(f"  noise between runs: ±{noise['floor']:.0%} " + (
+        f"(measured: {noise['runs']} runs of this script here, B aside, differ by that much)" if noise["measured"]
+        else f"(assumed: {noise['runs']} of the {RUNS_THAT_MEASURE_NOISE} runs of this script that would measure it "
+             "are here)"))
     moved = phase_lines(result)
     if moved:
         lines += ["  phases that moved beyond their noise:", *("  " + line for line in moved)]

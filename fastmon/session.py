@@ -9,6 +9,7 @@ own timers, and call ``apply``, ``dismiss``, ``profile`` as commands to that thr
 from __future__ import annotations
 
 import collections
+import hashlib
 import importlib.util
 import json
 import os
@@ -150,7 +151,8 @@ class Session:
                 "profile_at": self.options.profile_at,
                 # what `fastmon compare` names when two runs' environments differ
                 "fastmon": __version__, "python": platform.python_version(), "host": socket.gethostname(),
-                "gpu_driver": self.gpu.driver, "advisor": rules_digest()}
+                "gpu_driver": self.gpu.driver, "advisor": rules_digest(),
+                "script_digest": script_digest(self.options.target)}
         for key, value in meta.items():
             self.recorder.meta(key, value)
         env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_SECRET=self.channel.secret,
@@ -592,6 +594,16 @@ class Session:
     def terminate(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
+
+
+def script_digest(target: list[str]) -> str | None:
+    """The script's text, digested: two runs of the same digest and arguments did the same
+    work (``fastmon compare`` measures the noise between runs from them). None for ``-m``."""
+    try:
+        path = Path(target[0]) if target and target[0] != "-m" else None
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path and path.is_file() else None
+    except OSError:
+        return None
 
 
 def exit_status(code: int) -> int:

@@ -118,18 +118,56 @@ def test_a_slower_dataset_is_a_regression_explained_by_data_wait(tmp_path, run_f
 
 
 def test_two_runs_are_judged_with_the_noise_of_two_processes():
-    # The two healthy.py runs CI once judged "faster: +11% [+4%, +18%]", nothing changed:
-    # between runs the interval is at least ±15%; a live change keeps its ±5%.
+    # Two healthy.py runs in a row, nothing changed, CI once judged "faster: +11% [+4%, +18%]"
+    # and once "slower: -14% [-27%, -1%]": between runs the interval is at least ±25% where
+    # too few runs measure it; a live change keeps its ±5%.
     from fastmon.compare import judged
 
     a = {"samples_per_s": 1000.0, "error": 0.015}
-    same = judged(a, {"samples_per_s": 1110.0, "error": 0.02})
-    assert same["verdict"] == "no measurable change" and same["speedup_interval"] == [0.9435, 1.2765]
+    same = judged(a, {"samples_per_s": 860.0, "error": 0.02})
+    assert same["verdict"] == "no measurable change" and same["speedup_interval"] == [0.645, 1.075]
     slowed = judged(a, {"samples_per_s": 630.0, "error": 0.02})
     assert slowed["verdict"] == "slower"
+    assert judged(a, {"samples_per_s": 860.0, "error": 0.02}, floor=0.05)["verdict"] == "slower"  # where measured
     from fastmon.common.verdicts import speed_interval
 
     assert speed_interval(1.11, (0.015, 0.02))[1] > 1  # the same ratio, live: faster
+
+
+def runs_of_one_script(tmp_path, slower_by: list[float], script_digest: str | None = "d1") -> list:
+    """Copies of a recorded run (nanoGPT on an H200, nothing changed live) in one runs folder, named in the order they ran, each with
+    its steps ``slower_by`` times longer than the recorded ones, and the script digest a
+    run of today's fastmon records."""
+    folder = tmp_path / "runs"
+    folder.mkdir(parents=True)
+    runs = []
+    for i, factor in enumerate(slower_by):
+        run = folder / f"20261206-1400{i:02d}-train"
+        shutil.copytree(ROOT / "tests" / "data" / "h200-nanogpt-eager-1", run)
+        db = sqlite3.connect(run / "run.sqlite")
+        db.execute("UPDATE steps SET wall = wall * ?", (factor,))
+        db.execute("INSERT INTO meta VALUES ('script_digest', ?)", (json.dumps(script_digest),))
+        db.commit()
+        db.close()
+        runs.append(run)
+    return runs
+
+
+def test_the_noise_between_runs_is_measured_from_earlier_runs_of_the_same_script(tmp_path):
+    from fastmon.compare import between_runs_noise, compare
+
+    *earlier, a, b = runs_of_one_script(tmp_path, [1.0, 1.3, 1.1, 1.0, 1.28])
+    noise = between_runs_noise(a, b)
+    assert noise["measured"] and noise["runs"] == 4 and noise["floor"] == pytest.approx(0.3, abs=0.01)
+    result = compare(a, b)  # B's -22% is within what runs of this script differ by here
+    assert result["verdict"] == "no measurable change" and result["between_runs_noise"] == noise
+    # a script whose text differs is other work: it measures nothing, and ±25% is assumed
+    other = runs_of_one_script(tmp_path / "other", [1.0, 1.3, 1.0, 1.28], script_digest=None)
+    assert between_runs_noise(other[2], other[3]) == {"floor": 0.25, "runs": 1, "measured": False}
+    assert compare(other[2], other[3])["verdict"] == "slower"  # -22% beyond the ±25% assumed
+    # where runs of the script agree closely, the interval is the runs' own (at least NOISE)
+    *_, a, b = runs_of_one_script(tmp_path / "quiet", [1.0, 1.02, 1.01, 1.2])
+    assert compare(a, b)["between_runs_noise"] == {"floor": 0.05, "runs": 3, "measured": True}
 
 
 def test_a_phase_that_grew_beyond_its_noise_fails_the_guard_when_the_whole_step_cannot_tell():

@@ -21,7 +21,7 @@ def status_text(snap) -> str:
     if snap.status == RunStatus.CRASHED:
         return f"crashed, exit code {snap.exit_code}"
     if snap.replay is not None and snap.status == RunStatus.REPLAY:
-        return f"replay, step {snap.replay[0]} of {snap.replay[1]}"
+        return f"replay, {snap.replay[0]:,} of {snap.replay[1]:,} steps"
     return snap.status
 
 
@@ -40,34 +40,60 @@ class RunHeader(Static):
         # a long command line is cut, never the state
         line1.append(f" {cut(snap.title, self.size.width - 11 - state.cell_len)} ", style="bold")
         line1.append_text(state)
-        run, recent = snap.run, snap.recent
-        line2 = Text(f" step {snap.steps}")
-        if snap.selected is not None and snap.status == RunStatus.REPLAY:
-            row = snap.selected
-            line2.append(f": {row.wall * 1e3:,.1f} ms", style="bold")
-            if row.timed:
-                top = max(PHASES, key=lambda p: getattr(row, p) or 0)
-                line2.append(f" ({top} {(getattr(row, top) or 0) / row.wall if row.wall else 0:.0%})")
-        if snap.epoch:
-            line2.append(f" · epoch {snap.epoch}" + (f"/{snap.epochs_total}" if snap.epochs_total else ""))
-        if snap.status in (RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.REPLAY):
-            line2.append(f" · now {recent.steps_per_s:,.1f} steps/s, {recent.samples_per_s:,.0f} samples/s")
-        line2.append(f" · run {run.get('steps_per_s', 0):,.2f} steps/s, {run.get('samples_per_s', 0):,.1f} samples/s",
-                     style="bold")
-        if snap.eta_s is not None:
-            line2.append(f" · ETA {clock(snap.eta_s)}")
-        if snap.losses:
-            line2.append(f" · loss {snap.losses[-1]:.4g}")
-        if snap.compute.get("tflops_per_s") is not None:
-            mfu = snap.compute.get("mfu")
-            line2.append(f" · {si(snap.compute['tflops_per_s'] * 1e12, 'FLOP/s')}"
-                         + (f" MFU {mfu:.1%}" if mfu is not None else ""))
-        if snap.verdict:
-            line2.append(f" · {snap.verdict.issue}", style="bold yellow" if snap.bound[0] != COMPUTE else "")
-        if snap.capturing and snap.status == RunStatus.RUNNING:
-            line2.append(" · torch.profiler capturing: these steps run slower", style="bold yellow")
-        if busy_redraw:
-            line2.append(" · redrawn once a second: the cores are busy", style="dim")
-        if snap.dropped:
-            line2.append(f" · {snap.dropped} records dropped", style="yellow")
-        self.update(Text("\n").join([line1, line2]), layout=False)  # two lines, fixed in the CSS
+        self.update(Text("\n").join([line1, fitted(line2_items(snap, busy_redraw), self.size.width)]),
+                    layout=False)  # two lines, fixed in the CSS
+
+
+def line2_items(snap, busy_redraw: bool) -> list[tuple[int, Text]]:
+    """What the second line can say, each with its rank (0 first): where the width is
+    short, the lowest ranked items go whole, never half a figure."""
+    run, recent = snap.run, snap.recent
+    step = Text(f"step {snap.steps:,}")
+    if snap.selected is not None and snap.status == RunStatus.REPLAY:
+        row = snap.selected  # named by its number, as the report and the chart's axis name it
+        step = Text(f"step {row.step:,}")
+        step.append(f": {row.wall * 1e3:,.1f} ms", style="bold")
+        if row.timed:
+            top = max(PHASES, key=lambda p: getattr(row, p) or 0)
+            step.append(f" ({top} {(getattr(row, top) or 0) / row.wall if row.wall else 0:.0%})")
+    items = [(0, step)]
+    if snap.epoch:
+        items.append((5, Text(f"epoch {snap.epoch}" + (f"/{snap.epochs_total}" if snap.epochs_total else ""))))
+    if snap.status in (RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.REPLAY):
+        items.append((4, Text(f"now {recent.steps_per_s:,.1f} steps/s, {recent.samples_per_s:,.0f} samples/s")))
+    items.append((3, Text(f"run {run.get('steps_per_s', 0):,.2f} steps/s, {run.get('samples_per_s', 0):,.1f} "
+                          f"samples/s", style="bold")))
+    if snap.eta_s is not None:
+        items.append((6, Text(f"ETA {clock(snap.eta_s)}")))
+    if snap.losses:
+        items.append((7, Text(f"loss {snap.losses[-1]:.4g}")))
+    if snap.compute.get("tflops_per_s") is not None:
+        mfu = snap.compute.get("mfu")
+        items.append((8, Text(si(snap.compute["tflops_per_s"] * 1e12, "FLOP/s")
+                              + (f" MFU {mfu:.1%}" if mfu is not None else ""))))
+    if snap.verdict:
+        items.append((1, Text(snap.verdict.issue, style="bold yellow" if snap.bound[0] != COMPUTE else "")))
+    if snap.capturing and snap.status == RunStatus.RUNNING:
+        items.append((2, Text("torch.profiler capturing: these steps run slower", style="bold yellow")))
+    if busy_redraw:
+        items.append((9, Text("redrawn once a second: the cores are busy", style="dim")))
+    if snap.dropped:
+        items.append((2, Text(f"{snap.dropped} records dropped", style="yellow")))
+    return items
+
+
+def fitted(items: list[tuple[int, Text]], width: int, gap: str = " · ") -> Text:
+    """The items that fit ``width`` (a space before the first), the best ranked first, in
+    their order."""
+    kept, used = set(), 1
+    for index in sorted(range(len(items)), key=lambda i: items[i][0]):
+        need = items[index][1].cell_len + (len(gap) if kept else 0)
+        if used + need <= width:
+            kept.add(index)
+            used += need
+    line = Text(" ")
+    for index in sorted(kept):
+        if line.cell_len > 1:
+            line.append(gap)
+        line.append_text(items[index][1])
+    return line

@@ -133,9 +133,7 @@ class StepBreakdown(Panel, Widget):
         firsts = self.bucket_first[-len(buckets):]
         first = firsts[0] if firsts else 0
         axis = [" "] * 7 + ["└"] + ["─"] * len(buckets)
-        ticks = list(" " * AXIS_WIDTH + f"step {first}".ljust(max(len(buckets) - len(str(self.last_step)), 1))
-                     + str(self.last_step))
-        ticks += [" "] * (len(axis) - len(ticks))
+        ticks, labels = axis_labels(len(axis), first, self.last_step)
         marked_axis, marked_ticks = set(), set()
         for low, high in self.windows:  # the steps an experiment measured: a heavy axis under them
             for column in range(max(bisect_right(firsts, low) - 1, 0), bisect_right(firsts, high)):
@@ -147,12 +145,30 @@ class StepBreakdown(Panel, Widget):
                 at = AXIS_WIDTH + column
                 axis[at] = "┴"
                 marked_axis.add(at)
-                label = f"▲ {what}"[:len(ticks) - at]
-                ticks[at:at + len(label)] = label
-                marked_ticks.update(range(at, at + len(label)))
+                label = f"▲ {what}"
+                span = range(at, at + len(label))
+                if span.stop > len(ticks) or any(ticks[i] != " " for i in span):
+                    label, span = "▲", range(at, at + 1)  # no room for its name: the mark alone, never half a word
+                    for words in [w for w in labels if at in w]:  # a step number under it goes whole
+                        ticks[words.start:words.stop] = " " * len(words)
+                        labels.remove(words)
+                ticks[span.start:span.stop] = label
+                marked_ticks.update(span)
         mark = base + Style(color="yellow", bold=True)
         return [*lines, Strip(styled_runs(axis, marked_axis, dim, mark)),
                 Strip(styled_runs(ticks, marked_ticks, dim, mark))]
+
+
+def axis_labels(width: int, first: int, last: int) -> tuple[list[str], list[range]]:
+    """The axis's step numbers: the first column's at the left, the last step at the right
+    where both fit apart; and where each stands."""
+    ticks, labels = [" "] * width, []
+    for text, at in ((f"step {first:,}", AXIS_WIDTH), (f"{last:,}", width - len(f"{last:,}"))):
+        span = range(at, at + len(text))
+        if span.start >= AXIS_WIDTH and span.stop <= width and all(ticks[i] == " " for i in range(at - 1, span.stop)):
+            ticks[span.start:span.stop] = text
+            labels.append(span)
+    return ticks, labels
 
 
 def styled_runs(chars: list[str], marked: set[int], plain: Style, mark: Style) -> list[Segment]:
