@@ -14,8 +14,7 @@ from fastmon.common.verdicts import OPEN
 
 NOTHING = "nothing to change"
 # what to do where no rule has a change to offer: the limit's own remedy
-DATA_NEXT = ("nothing fastmon can change live: make a sample cheaper to load (cache decoded data, lighter "
-             "transforms) or give the loading more cores")
+DATA_NEXT = "cheaper samples (cache decoded data, lighter transforms) or more cores for the loading"
 COMM_NEXT = "overlap or shrink the communication (DDP's no_sync under gradient accumulation, larger buckets)"
 
 

@@ -3,6 +3,7 @@ runs: what must be on screen is there and right, and a picture of each is kept."
 
 from __future__ import annotations
 
+import re
 import shutil
 from types import SimpleNamespace
 
@@ -116,8 +117,9 @@ async def test_replay_moves_a_step_per_arrow_and_offers_no_apply(tmp_path):
         await pilot.pause(0.1)
         header = text_of(app.query_one(RunHeader))
         step = source.table.steps[10]
-        assert f" step 11: {source.record.steps_upto(0, step, 1)[0].wall * 1e3:,.1f} ms" in header
-        assert "step 11 of 301" in text_of(app.query_one("#position"))
+        # the step by its number, as the report and the chart's axis name it; the scrubber by its place
+        assert f" step {step}: {source.record.steps_upto(0, step, 1)[0].wall * 1e3:,.1f} ms" in header
+        assert "replay, 11 of 301 steps" in header and " 11 of 301 steps " in text_of(app.query_one("#position"))
         advice = app.query_one(AdviceList)
         assert advice.option_count and all("[a: apply]" not in str(advice.get_option_at_index(i).prompt)
                                            for i in range(advice.option_count))
@@ -189,6 +191,29 @@ async def test_the_outcome_line_is_the_verdict_issue_why_next():
 def test_screen_snapshot(snap_compare, tmp_path, run, size):
     app, _ = replay(tmp_path, run)
     assert snap_compare(app, terminal_size=size, run_before=settle)
+
+
+CUT_FIGURE = re.compile(r"\d[\d.,]*(\s?[A-Za-z%°/]{1,4})?…")  # "SM 1980 M…", "busy 46…", "3.1/140.4 G…"
+
+
+@pytest.mark.parametrize("run", [DEMO, GPU_RUN], ids=lambda v: v.name)
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40), (160, 48), (200, 60)],
+                         ids=lambda v: "x".join(map(str, v)))
+async def test_no_figure_is_cut_at_any_size(tmp_path, run, size):
+    from fastmon.tui.widgets.log_pane import LogPane
+
+    app, _ = replay(tmp_path, run)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        for widget in app.screen.walk_children():
+            if not widget.display or widget.children or isinstance(widget, LogPane) or not widget.region.area:
+                continue  # (the script's own output is shown as it printed it)
+            for y in range(widget.region.height):
+                line = widget.render_line(y).text
+                assert not CUT_FIGURE.search(line), (type(widget).__name__, line)
+        header = text_of(app.query_one(RunHeader)).splitlines()
+        assert len(header) == 2 and all(len(line) <= size[0] for line in header) and "…" not in header[1]
+        assert app.snapshot.verdict.issue in header[1]
 
 
 def test_a_chart_cell_takes_the_colour_of_the_phase_that_fills_most_of_it():

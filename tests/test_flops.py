@@ -17,7 +17,7 @@ from conftest import ROOT, SCRIPTS, clean_env
 from fastmon.peaks import math_dtype, peak_tflops
 from fastmon.live_state import LiveState, RankState
 from fastmon.records import RunRecord
-from fastmon.report import gpu_run_line
+from fastmon.report import format_text, gpu_run_line
 from fastmon.step_table import StepTable
 from fastmon.summary import slowed_steps, steady_left_out, summarize
 from fastmon.tui.snapshot import LiveSource, ReplaySource
@@ -177,3 +177,22 @@ def test_the_counted_step_costs_its_neighbours_time_not_seconds(run_fastmon, rep
         "SELECT step, wall FROM steps WHERE rank = 0"))
     neighbours = [walls[s] for s in range(counted + 1, counted + 21)]
     assert walls[counted] < max(neighbours) + 0.05, (walls[counted], neighbours)
+
+
+@pytest.mark.parametrize("run", sorted(p.name for p in RECORDED.iterdir()))
+def test_a_recorded_run_gets_today_s_advice_and_one_verdict_on_every_surface(run):
+    # The H200 records held advice of older rules: "conv net" advice for GPT-2, "batch None",
+    # DataLoader(..., batch_size=x2) for nanoGPT, which has no DataLoader
+    summary = summarize(RECORDED / run)
+    assert summary["advice_rederived"]  # recorded before records were stamped with their rules
+    advice = {a["id"]: a for a in summary["advice"]}
+    assert not {"cudnn.benchmark", "channels_last"} & set(advice)  # no convolution in these models
+    assert "None" not in json.dumps([[a["evidence"], a["fix"]] for a in advice.values()])
+    if "nanogpt" in run:
+        assert "DataLoader" not in json.dumps(summary["advice"])
+    verdict = summary["verdict"]
+    assert set(verdict) == {"issue", "why", "next"}
+    assert ReplaySource(RECORDED / run).snapshot().verdict.as_dict() == verdict
+    text = format_text(summary)
+    assert f"  verdict: {verdict['issue']} — {verdict['why']} — next: {verdict['next']}" in text
+    assert "derived again with today's rules" in text or not [a for a in summary["advice"] if a["kind"] == "problem"]

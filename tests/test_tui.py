@@ -102,7 +102,7 @@ async def test_live_dashboard_follows_a_real_run_and_its_keys_work(live_session)
         cells = chart_cells(app.query_one(StepBreakdown))
         assert cells.most_common(1)[0][0] == PHASE_COLORS["data_wait"]
         assert "STARVED" in str(app.query_one(SharesBar).render())
-        gpu_text = text_of(app.query_one("#gpu-text"))
+        gpu_text = text_of(app.query_one("#gpu-text")).replace("\n", " ")  # (a long line wraps)
         if not app.snapshot.gpu:
             assert "no GPU" in gpu_text or "NVML" in gpu_text
         # advice appears; `a` applies it as an experiment
@@ -295,7 +295,7 @@ async def test_the_replay_at_its_end_shows_the_report_s_figures(tmp_path, record
         assert f"run {report['steps_per_s']:,.2f} steps/s, {report['samples_per_s']:,.1f} samples/s" in header
         shown = {p: round(v, 5) for p, v in app.snapshot.recent.shares.items()}
         assert shown == pytest.approx(current_phases(report), abs=2e-5)
-        gpu_text = text_of(app.query_one("#gpu-text"))
+        gpu_text = text_of(app.query_one("#gpu-text")).replace("\n", " ")  # (a long line wraps)
         for device in (report["gpu"].get("devices") or []):
             assert gpu_run_line(device) in gpu_text
         assert app.snapshot.verdict.as_dict() == report["verdict"]  # advice of an older record derived again

@@ -13,6 +13,7 @@ from textual_plotext import PlotextPlot
 
 from fastmon.report import gib, gpu_run_line, known
 from fastmon.session import SAMPLE_EVERY
+from fastmon.tui.widgets.fit import fitted, wrapped_lines
 from fastmon.tui.widgets.gpu_line import gpu_line
 from fastmon.tui.widgets.panel import Panel
 
@@ -68,25 +69,31 @@ class GpuPanel(Panel, Vertical):
             self._rows = 0
             return
         plot.display = len(snap.gpu) <= PLOT_MAX_GPUS
-        width = max(self.content_size.width, 30)
+        width = max(self.content_size.width, 20)
         lines = []
         for d in snap.gpu if len(snap.gpu) > PLOT_MAX_GPUS else ():  # a node's GPUs: a row each
             lines.append(gpu_line(d))
         for d in snap.gpu if len(snap.gpu) <= PLOT_MAX_GPUS else ():  # nvitop's two rows: the device, its load
-            lines.append(Text.assemble((f"GPU{d['index']} ", "bold"), f"{d.get('name') or ''}  ",
-                                       f"{known(d.get('temp_c'), '°C')}  {known(d.get('power_w'), ' W', '.0f')}  "
-                                       f"SM {known(d.get('sm_clock'), ' MHz')}  this run {gib(d.get('process_mem'))} GiB"))
-            bar = max((width - 36) // 2, 4)
+            lines.append(fitted([(0, Text(f"GPU{d['index']} {d.get('name') or ''}", style="bold")),
+                                 (3, Text(known(d.get("temp_c"), "°C"))),
+                                 (2, Text(known(d.get("power_w"), " W", ".0f"))),
+                                 (4, Text(f"SM {known(d.get('sm_clock'), ' MHz')}")),
+                                 (1, Text(f"this run {gib(d.get('process_mem'))} GiB"))], width, gap="  ", lead=""))
             used, total = d.get("mem_used"), d.get("mem_total")
-            lines.append(Text.assemble(
-                "util ", meter(d.get("util"), bar), f" {known(d.get('util'), '%'):>4}  mem ",
-                meter(100 * used / total if used is not None and total else None, bar),
-                f" {gib(used)}/{gib(total)} GiB"))
-        lines += [Text(f"over the run: {gpu_run_line(d)}", style="dim") for d in snap.gpu_run]  # the report's line
+            util, memory = f" {known(d.get('util'), '%'):>4}", f" {gib(used)}/{gib(total)} GiB"
+            bar = (width - len("util ") - len(util) - len("  mem ") - len(memory) - 4) // 2  # 4: the meters' ends
+            if bar >= 3:
+                lines.append(Text.assemble("util ", meter(d.get("util"), bar), f"{util}  mem ",
+                                           meter(100 * used / total if used is not None and total else None, bar),
+                                           memory))
+            else:  # too narrow for the meters: the figures alone
+                lines.append(Text(f"util{util}  mem{memory}"))
+        for d in snap.gpu_run:  # the report's line, over as many lines as it takes
+            lines += wrapped_lines(f"over the run: {gpu_run_line(d)}", width, style="dim")
         mem = snap.torch_memory
         if mem:
-            lines.append(Text(f"torch allocator: allocated {gib(mem['allocated'])} · reserved {gib(mem['reserved'])} · "
-                              f"peak {gib(mem['peak'])} GiB"))
+            lines += wrapped_lines(f"torch allocator: allocated {gib(mem['allocated'])} · reserved "
+                                   f"{gib(mem['reserved'])} · peak {gib(mem['peak'])} GiB", width)
         text.update(Text("\n").join(lines), layout=len(lines) != self._rows)  # its height follows the GPU count
         self._rows = len(lines)
         if not plot.display:
@@ -111,10 +118,11 @@ class GpuPanel(Panel, Vertical):
             plt.plot(seconds, hist["util"], color=colors[(2 * index) % len(colors)])
             plt.plot(seconds, hist["mem"], color=colors[(2 * index + 1) % len(colors)])
             latest.append(f"GPU{index} util {hist['util'][-1]:.0f}% mem {hist['mem'][-1]:.0f}%")
-        # the values in the title, not a legend over the lines
-        plt.title("%, over the last seconds: " + " · ".join(latest))
-        plt.xlabel("seconds ago")
+        # the values in the title, not a legend over the lines; the unit with the axis
+        plt.title(" · ".join(latest))
+        plt.xlabel("seconds ago (util and memory, %)")
         plt.ylim(0, 100)
+        plt.yticks([0, 25, 50, 75, 100])
         plot.refresh()
 
 

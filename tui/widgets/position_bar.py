@@ -10,7 +10,7 @@ KEYS = "  ←/→ a step · shift 10 · PgUp/PgDn 100 · home/end"
 
 class PositionBar(Static):
     def show(self, position: int, length: int) -> None:
-        label = f" step {position:,} of {length:,} "
+        label = f" {position:,} of {length:,} steps "
         width = max(self.size.width - len(label) - len(KEYS), 10)
         at = round((position - 1) / max(length - 1, 1) * (width - 1)) if length else 0
         text = Text(label, style="bold")

@@ -9,6 +9,7 @@ from fastmon.advisor.bound import COMPUTE
 from fastmon.common.phases import PHASES
 from fastmon.common.run_status import RunStatus
 from fastmon.report import clock, si
+from fastmon.tui.widgets.fit import fitted
 
 STATUS_STYLE = {RunStatus.RUNNING: "bold green", RunStatus.STARTING: "yellow", RunStatus.FINISHED: "bold cyan",
                 RunStatus.CRASHED: "bold red", RunStatus.STOPPING: "bold yellow", RunStatus.REPLAY: "bold magenta",
@@ -26,7 +27,11 @@ def status_text(snap) -> str:
 
 
 def cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+    """``text`` in ``width``, cut between words (a word cut short could read as another figure)."""
+    if len(text) <= width:
+        return text
+    head = text[:max(width - 1, 0)]
+    return (head.rsplit(" ", 1)[0] if " " in head else head) + " …"[" " not in head:]
 
 
 class RunHeader(Static):
@@ -76,24 +81,7 @@ def line2_items(snap, busy_redraw: bool) -> list[tuple[int, Text]]:
     if snap.capturing and snap.status == RunStatus.RUNNING:
         items.append((2, Text("torch.profiler capturing: these steps run slower", style="bold yellow")))
     if busy_redraw:
-        items.append((9, Text("redrawn once a second: the cores are busy", style="dim")))
+        items.append((4, Text("redrawn once a second: the cores are busy", style="dim")))
     if snap.dropped:
         items.append((2, Text(f"{snap.dropped} records dropped", style="yellow")))
     return items
-
-
-def fitted(items: list[tuple[int, Text]], width: int, gap: str = " · ") -> Text:
-    """The items that fit ``width`` (a space before the first), the best ranked first, in
-    their order."""
-    kept, used = set(), 1
-    for index in sorted(range(len(items)), key=lambda i: items[i][0]):
-        need = items[index][1].cell_len + (len(gap) if kept else 0)
-        if used + need <= width:
-            kept.add(index)
-            used += need
-    line = Text(" ")
-    for index in sorted(kept):
-        if line.cell_len > 1:
-            line.append(gap)
-        line.append_text(items[index][1])
-    return line
