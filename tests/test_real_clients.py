@@ -171,7 +171,12 @@ def test_a_compiled_model_compiles_as_without_fastmon(run_fastmon, report, tmp_p
         assert compute["flops_per_step"] is None and "compiled" in compute["flops_why"]
     else:
         eager = run_fastmon("run", "--headless", CLIENTS / "compiled.py", "--how", "eager", "--epochs", "1")
-        assert eager.returncode == 0 and compute["flops_per_step"] == report()["compute"]["flops_per_step"]
+        assert eager.returncode == 0
+        # on shapes, attention takes torch's math path, whose matmuls have formulas; eager on a
+        # CPU runs a fused attention kernel that has none: QK^T and AV of 2 blocks, 4 heads of
+        # 16, 16 tokens, 32 samples, forward and twice that backward
+        attention = 2 * 3 * 2 * (2 * 16 * 16 * 16) * 4 * 32
+        assert compute["flops_per_step"] == report()["compute"]["flops_per_step"] + attention
 
 
 @pytest.mark.e2e

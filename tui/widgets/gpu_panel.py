@@ -122,7 +122,6 @@ class GpuPanel(Panel, Vertical):
         plt.title(" · ".join(latest))
         plt.xlabel("seconds ago (util and memory, %)")
         plt.ylim(0, 100)
-        plt.yticks([0, 25, 50, 75, 100])
         plot.refresh()
 
 
