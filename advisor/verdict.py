@@ -24,9 +24,6 @@ class Verdict:
     why: str
     next: str
 
-    def text(self) -> str:
-        return f"{self.issue} — {self.why} — next: {self.next}"
-
     def as_dict(self) -> dict:
         return asdict(self)
 
