@@ -12,7 +12,7 @@ from fastmon.common.run_status import ENDED_STATUSES, RunStatus
 from fastmon.common.verdicts import FASTER, change_text, params_text, rates_text, result_text
 from fastmon.tui.widgets.panel import Panel
 
-QUIET_STEPS = 50  # a run this far without advice says so
+QUIET_STEPS = 50  # the verdict shows from this many steps (fewer say little yet)
 
 
 def experiment_line(exp: dict) -> Text:
