@@ -14,8 +14,7 @@ from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.common.run_status import RunStatus
 from fastmon.progress import progress, script_args
 from fastmon.report import clock, gib, known, profile_lines, si, spawned_line
-from fastmon.summary import (compiled_model, counted_samples, current_rows, first_count, flops_figures, rows_span,
-                             util_in_span)
+from fastmon.summary import busy_during, compiled_model, counted_samples, current_rows, first_count, flops_figures
 from fastmon.common.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
@@ -55,7 +54,7 @@ def status_line(view, argv: list[str] = ()) -> str:
     if compute["tflops_per_s"] is not None:
         parts.append(si(compute["tflops_per_s"] * 1e12, "FLOP/s")
                      + (f" MFU {compute['mfu']:.1%}" if compute["mfu"] is not None else ""))
-    busy = next(iter(util_in_span(list(view.gpu), rows_span(shown)).values()), None)
+    busy = busy_during(list(view.gpu), shown)
     found = verdict(bound(window.shares, busy, (view.facts.get("environment") or {}).get("accelerator") == "cuda",
                           window.typical_data_wait), window.shares, list(view.advice), list(view.applied), busy,
                     compiled_model(view.facts))

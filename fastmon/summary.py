@@ -319,6 +319,14 @@ def samples_during(samples: list[tuple[float, str, list[dict]]], span: tuple[flo
     return during
 
 
+def busy_during(gpu_timed: list, rows, first_step: int | None = None) -> float | None:
+    """The first GPU's utilization while ``rows`` ran (from ``first_step`` on, if given):
+    the figure the report, the advisor and the verdict all use, over the steps they speak of."""
+    if first_step is not None:
+        rows = [r for r in rows if r.step >= first_step]
+    return next(iter(util_in_span(gpu_timed, rows_span(rows)).values()), None)
+
+
 def rows_span(rows) -> tuple[float, float] | None:
     """When ``rows`` (consecutive steps) ran: the first one's start to the last one's end."""
     return (rows[0].t_end - rows[0].wall, rows[-1].t_end) if rows else None

@@ -49,13 +49,15 @@ class Watch:
 
 def remembered(module, args, kwargs) -> Forward:
     """A training forward's arguments, kept as shapes (meta tensors: no memory, no copy)."""
-    def to_meta(value):
-        if isinstance(value, torch.Tensor):
-            return torch.empty_like(value, device="meta").requires_grad_(value.requires_grad)
-        return value
-
-    args, kwargs = tree_map(to_meta, (tuple(args), dict(kwargs or {})))
+    args, kwargs = tree_map(lambda value: meta_like(value) if isinstance(value, torch.Tensor) else value,
+                            (tuple(args), dict(kwargs or {})))
     return Forward(weakref.ref(module), args, kwargs, autocast_dtype())
+
+
+def meta_like(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``tensor``'s shape and dtype on the meta device (no memory), as a leaf that
+    requires grad where it did."""
+    return torch.empty_like(tensor, device="meta").requires_grad_(tensor.requires_grad)
 
 
 def autocast_dtype() -> str | None:
@@ -85,11 +87,8 @@ def count_on_shapes(forwards: list[Forward], mode, forward_part) -> None:
 
 
 def _forward_and_backward(module, forward: Forward) -> None:
-    def to_meta(tensor):
-        return torch.empty_like(tensor, device="meta").requires_grad_(tensor.requires_grad)
-
     # named_parameters() names a tied weight once: functional_call ties it again
-    params = {name: to_meta(p) for name, p in module.named_parameters()}
+    params = {name: meta_like(p) for name, p in module.named_parameters()}
     buffers = {name: torch.empty_like(b, device="meta") for name, b in module.named_buffers()}
     out = torch.func.functional_call(module, {**params, **buffers}, forward.args, forward.kwargs)
     outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]

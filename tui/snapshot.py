@@ -21,7 +21,7 @@ from fastmon.common.phases import COLUMN, PHASES, StepRow
 from fastmon.progress import progress, script_args
 from fastmon.common.verdicts import params_text
 from fastmon.step_table import StepTable
-from fastmon.summary import (before_and_after, compiled_model, counted_samples, current_window, first_count, flops_figures,
+from fastmon.summary import (before_and_after, busy_during, compiled_model, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
                              rows_span, steady_span, straggler, util_in_span, window_summary)
 
@@ -161,14 +161,6 @@ def outcome(table: StepTable, applied: list[dict], left_out, facts: dict, advice
     first and since the last kept, and the code that keeps what was measured faster."""
     return {"before_after": before_and_after(table, applied, left_out),
             "permanent": [line_text(c) for c in permanent_changes(applied, facts, [dict(a) for a in advice])]}
-
-
-def busy_during(gpu_timed: list, rows, first_step: int | None = None) -> float | None:
-    """The first GPU's utilization while ``rows`` ran (from ``first_step`` on, if given):
-    the figure the report, the advisor and the verdict all use, over the steps they speak of."""
-    if first_step is not None:
-        rows = [r for r in rows if r.step >= first_step]
-    return next(iter(util_in_span(gpu_timed, rows_span(rows)).values()), None)
 
 
 class LiveSource:
