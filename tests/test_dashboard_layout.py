@@ -216,6 +216,15 @@ async def test_no_figure_is_cut_at_any_size(tmp_path, run, size):
         assert app.snapshot.verdict.issue in header[1]
 
 
+async def test_a_redraw_tick_after_the_app_closed_is_ignored(tmp_path):
+    # A timer's last tick can land after the screens are gone (seen once in CI).
+    app, _ = replay(tmp_path, DEMO)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+    assert not app.screen_stack
+    app.redraw()
+
+
 def test_a_chart_cell_takes_the_colour_of_the_phase_that_fills_most_of_it():
     from fastmon.tui.widgets.step_breakdown import filling_most
 

@@ -122,7 +122,8 @@ class FastmonApp(App[str | None]):
             self.wait_for_training()
 
     def on_resize(self, event) -> None:
-        self._layout_for(event.size.width, event.size.height)
+        if self.screen_stack:  # (a resize can arrive while the app closes)
+            self._layout_for(event.size.width, event.size.height)
 
     def _layout_for(self, width: int, height: int) -> None:
         base = self.screen_stack[0]
@@ -137,6 +138,8 @@ class FastmonApp(App[str | None]):
 
     # --- drawing ----------------------------------------------------------------------
     def redraw(self) -> None:
+        if not self.screen_stack:
+            return  # the app has closed: a timer's last tick came after its screens went
         try:
             self._redraw()
         except NoMatches:
