@@ -159,23 +159,33 @@ class ChannelServer:
         with self._lock:
             targets = [self._ranks[rank]] if rank is not None and rank in self._ranks else (
                 list(self._ranks.values()) if rank is None else [])
-        sent = 0
-        for conn in targets:
-            try:
-                conn.sendall(frame)
-                sent += 1
-            except OSError:
-                pass
-        return sent
+        return send_to_each(targets, frame)
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2)
-        for key in list(self._selector.get_map().values()):
-            try:
-                key.fileobj.close()
-            except OSError:
-                pass
-        self._selector.close()
+        stop_selecting(self._stop, self._thread, self._selector)
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def send_to_each(connections, frame: bytes) -> int:
+    """``frame`` to each connection; how many it reached (one that fails is passed over)."""
+    sent = 0
+    for conn in connections:
+        try:
+            conn.sendall(frame)
+            sent += 1
+        except OSError:
+            pass
+    return sent
+
+
+def stop_selecting(stop: threading.Event, thread: threading.Thread, selector) -> None:
+    """End a server's selector thread and close every socket it watched."""
+    stop.set()
+    if thread.is_alive():
+        thread.join(timeout=2)
+    for key in list(selector.get_map().values()):
+        try:
+            key.fileobj.close()
+        except OSError:
+            pass
+    selector.close()

@@ -91,7 +91,7 @@ def run_parser() -> argparse.ArgumentParser:
         parents=[runs_dir_option()],
         usage="fastmon run [--headless [--status-every SECONDS]] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
               "[--every-step] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] "
-              "[--baseline RUN [--fail-if-slower PCT]] [--log-to TRACKERS] [torchrun options] "
+              "[--baseline RUN [--fail-if-slower PCT]] [--log-to TRACKERS] [--job-port PORT] [torchrun options] "
               "(SCRIPT | -m MODULE) [ARGS...]")
     parser.add_argument("--headless", action="store_true", help="no dashboard: output passes through, "
                         "a status line every few seconds on stderr, a summary at the end")
@@ -118,6 +118,10 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-port", type=whole_number(0, 65535), default=METRICS_PORT, metavar="PORT",
                         help=f"with --log-to prometheus: the port of /metrics (default {METRICS_PORT}; "
                              "0 or a port taken: a free one, said at the start)")
+    parser.add_argument("--job-port", type=whole_number(1, 65535), metavar="PORT",
+                        help="a job of several nodes (torchrun's --nnodes): where node 0's monitor gathers the "
+                             "other nodes' ranks live (default: torchrun's master port + 1; the same on every "
+                             "node); the job's secret comes from FASTMON_JOB_SECRET or FASTMON_JOB_SECRET_FILE")
     parser.add_argument("--baseline", metavar="RUN", help="a recorded run of the same work: at the end, this run "
                         "is compared with it (fastmon compare RUN NEW)")
     parser.add_argument("--fail-if-slower", type=percent, metavar="PCT",
@@ -261,7 +265,8 @@ def cmd_run(argv: list[str]) -> int:
                          allow=frozenset(filter(None, args.allow.split(","))) | (
                              {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
                          torchrun=torchrun or None, every_step=args.every_step, profile_at=args.profile_at,
-                         profile_steps=args.profile_steps, log_to=tuple(args.log_to), metrics_port=args.metrics_port)
+                         profile_steps=args.profile_steps, log_to=tuple(args.log_to), metrics_port=args.metrics_port,
+                         job_port=args.job_port)
     if headless:
         code, run_dir = run_headless(options, args.status_every)
     else:

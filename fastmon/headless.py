@@ -14,7 +14,8 @@ from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.common.run_status import RunStatus
 from fastmon.progress import progress, script_args
 from fastmon.report import clock, gib, known, profile_lines, si, spawned_line
-from fastmon.summary import busy_during, compiled_model, counted_samples, current_rows, first_count, flops_figures
+from fastmon.summary import (busy_during, compiled_model, counted_samples, current_rows, first_count, flops_figures,
+                             lost_nodes, rank_table)
 from fastmon.common.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
@@ -24,7 +25,7 @@ STATUS_WINDOW = 50
 def status_line(view, argv: list[str] = ()) -> str:
     """The line for a session's ``view`` (fastmon.live_state.LiveView); ``argv``: the
     script's arguments (an --epochs there gives the ETA)."""
-    rank0 = view.rank(0)
+    rank0 = view.first_rank  # rank 0, but on a job's other nodes their first
     steps, rows = rank0.steps, rank0.rows
     gpu = view.gpu[-1][2] if view.gpu else None
     applying = [a for a in view.advice if a.get("status") == APPLYING]
@@ -43,6 +44,10 @@ def status_line(view, argv: list[str] = ()) -> str:
              f"{window.samples_per_s:,.0f} samples/s" if window.samples else "samples unknown"]
     if shares:
         parts.append(shares)
+    if len(view.ranks) > 1:
+        _, slowest = rank_table({rank: figures.rows for rank, figures in view.ranks.items()}, STATUS_WINDOW)
+        parts.append(f"{len(view.ranks)} ranks" + (f", straggler rank {slowest}" if slowest is not None else "")
+                     + "".join(f", node {node} lost" for node in lost_nodes(view.events)))
     trainer = [p["rss"] for p in view.host.get("processes") or () if p.get("role") == "trainer"]
     if trainer:
         parts.append(f"RSS {sum(trainer) / 2**30:.1f} GiB")

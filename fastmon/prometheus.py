@@ -24,10 +24,11 @@ LABELS = ("run", "node", "rank")
 
 class Metrics:
     """A prometheus_client collector over ``view_of()`` (a ``LiveView``), labelled with the
-    run folder's name and the node."""
+    run folder's name and the node. Only this node's ranks (``own(rank)``): node 0's monitor
+    also holds the other nodes' ranks live, and those nodes serve them themselves."""
 
-    def __init__(self, view_of: Callable, run: str, node: str) -> None:
-        self.view_of, self.run, self.node = view_of, run, node
+    def __init__(self, view_of: Callable, run: str, node: str, own: Callable = lambda rank: True) -> None:
+        self.view_of, self.run, self.node, self.own = view_of, run, node, own
 
     def collect(self):
         view = self.view_of()
@@ -42,6 +43,8 @@ class Metrics:
         on_gpu = (view.facts.get("environment") or {}).get("accelerator") == "cuda"
         busy = sum(d.get("util") or 0 for d in gpu) / len(gpu) if gpu else None  # %, as bound() takes it
         for rank, figures in sorted(view.ranks.items()):
+            if not self.own(rank):
+                continue
             labels = (self.run, self.node, str(rank))
             steps.add_metric(labels, figures.steps)
             samples.add_metric(labels, figures.samples)
@@ -83,11 +86,12 @@ class Metrics:
         return kept
 
 
-def serve(view_of: Callable, run: str, node: str, port: int) -> tuple[object, int, str | None]:
+def serve(view_of: Callable, run: str, node: str, port: int,
+          own: Callable = lambda rank: True) -> tuple[object, int, str | None]:
     """Serve /metrics on ``port`` (0: a free one); a port taken gives a free one and a note.
     Returns (the server, the port it listens on, the note or None)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Metrics(view_of, run, node))
+    registry.register(Metrics(view_of, run, node, own))
     note = None
     try:
         server, _ = start_http_server(port, registry=registry)

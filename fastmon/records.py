@@ -258,7 +258,7 @@ STEP_RANGE_FAILS = ("typeof(step) != 'integer' OR typeof(wall) NOT IN ('real', '
                     "OR (samples IS NOT NULL AND (typeof(samples) != 'integer' OR samples < 0))")
 
 
-def _problem(row: tuple) -> str | None:
+def row_problem(row: tuple) -> str | None:
     """What is wrong with a step row's values, or None: written by fastmon, a step has a
     whole step number, a wall time above 0 and at most a day, a finite end time, a whole
     count of samples not below 0, and phase times of at most a day."""
@@ -281,7 +281,7 @@ def _problem(row: tuple) -> str | None:
 
 def _checked(rows: list[tuple]) -> list[StepRow]:
     for row in rows:
-        problem = _problem(row)
+        problem = row_problem(row)
         if problem:
             raise DamagedRecord(f"a damaged step row in steps ({problem})")
     return [StepRow._make(row) for row in rows]

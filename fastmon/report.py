@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 
 from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
 from fastmon.common.phases import PHASES
@@ -22,6 +23,38 @@ def clock(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     hours, rest = divmod(seconds, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def link_lines(link: dict | None) -> list[str]:
+    """What the link between a multi-node job's monitors did (fastmon.job_link)."""
+    if not link:
+        return []
+    if link.get("node"):
+        state = ("node 0 refused this node's proof of the job secret" if link.get("refused") else
+                 f"streamed to node 0's monitor at {link.get('to')}")
+        unsent = link.get("unsent_rows")
+        return [f"  nodes: this is node {link['node']}; {state}"
+                + (f"; {unsent:,} step rows not sent (node 0 unreachable too long)" if unsent else "")]
+    nodes = []
+    for node, info in sorted(link.get("nodes", {}).items(), key=lambda item: int(item[0])):
+        ranks = ", ".join(map(str, info.get("ranks") or ())) or "none"
+        end = (f"lost at {time.strftime('%H:%M:%S', time.localtime(info['lost']))}" if info.get("lost") else
+               f"ended, exit {info.get('exit_code')}" if info.get("ended") else "linked")
+        nodes.append(f"node {node} (ranks {ranks}) {end}")
+    lines = ["  nodes: node 0 gathered live " + ("; ".join(nodes) if nodes else "no other node (none linked)")]
+    for key, what in (("refused", "connections to the job's link refused: {} (no proof of the job's secret); "
+                                  "nothing they sent was recorded"),
+                      ("rejected_rows", "step rows refused from linked nodes: {} (damaged, or for another node's rank)")):
+        if link.get(key):
+            lines.append("  " + what.format(link[key]))
+    return lines
+
+
+def node_lost_line(node: int, when: float, last_steps: dict) -> str:
+    """A node whose monitor stopped reporting to node 0's (fastmon.job_link)."""
+    last = ", ".join(f"rank {rank} at step {step}" for rank, step in sorted((int(r), s) for r, s in last_steps.items()))
+    return (f"node {node} lost at {time.strftime('%H:%M:%S', time.localtime(when))}: its monitor stopped reporting"
+            + (f" ({last})" if last else "") + "; that node's own record keeps its ranks")
 
 
 def profile_lines(capture: dict) -> list[str]:
@@ -229,6 +262,7 @@ def format_text(s: dict) -> str:
             lines.append(f"  {r['rank']:<5} {r['steps']:>6} {r['steps_per_s']:>8.2f} {r['step_ms']['median']:>8.2f} "
                          + " ".join(f"{r['phases'][p]:>8.1%}" for p in PHASES))
         lines.append(f"  straggler: {'rank ' + str(s['straggler']) if s['straggler'] is not None else 'none (ranks within noise)'}")
+    lines += link_lines(s.get("job_link"))
     lacks = s.get("record_lacks")
     lines.append(f"  the record lacks: {lacks['why']}" if lacks else
                  f"  the record holds every step the probe made ({s['steps']:,})")

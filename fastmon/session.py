@@ -27,17 +27,20 @@ from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent, rules_digest
 from fastmon.channel import ChannelServer
 from fastmon.common.handover import OUTPUT_FDS_ENV
+from fastmon.common.phases import StepRow
 from fastmon.common.run_status import RunStatus
 from fastmon.common.sample_count import samples_in_first
 from fastmon.common.step_events import StepAssembler
 from fastmon.common.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.common.wire import SEND_EVERY
 from fastmon.experiments import ExperimentRunner, LoaderFigures
+from fastmon.job_link import JobServer, NodeClient, NoSecret, job_nodes, job_secret, node0_address, node_rank
 from fastmon.live_state import LiveState, LiveView, RankState, cpu_use, training_rss
 from fastmon.loggers import LOG_EVERY, METRICS_PORT, TrackerLog
 from fastmon.printed_loss import printed_losses
+from fastmon.report import node_lost_line
 from fastmon.progress import script_args
-from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
+from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir, row_problem
 from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.script_output import ScriptOutput
 from fastmon.state_owner import Busy, StateOwner
@@ -53,6 +56,9 @@ MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representativ
 # monitor knows; a command is read as it arrives, and taken at the next step's end.
 SYNC_AHEAD_SECONDS = SEND_EVERY + 0.5
 SYNC_AHEAD_MIN_STEPS = 3
+# Another node's steps reach node 0's monitor a round of that node's monitor later.
+LINK_AHEAD_SECONDS = 2.0
+NODES_END_WAIT = 8.0  # seconds node 0's monitor waits at the end for the other nodes' last steps
 OUTPUT_PENDING = 8 * 2**20  # the script's output waiting for the screens, at most
 OUTPUT_SHOWN = 2 * 2**20  # ... and kept for them: the log pane's last lines, a replay reads the rest
 
@@ -69,17 +75,8 @@ class RunOptions:
     profile_steps: int = PROFILE_STEPS
     log_to: tuple[str, ...] = ()  # experiment trackers fastmon's figures go to (fastmon.loggers)
     metrics_port: int = METRICS_PORT  # --log-to prometheus: where /metrics is served
+    job_port: int | None = None  # a multi-node job: where node 0's monitor listens (default master port + 1)
     python: str = sys.executable
-
-
-def node_rank(torchrun: list[str] | None) -> str:
-    """The node this monitor watches, from torchrun's --node-rank (as given: "0" alone)."""
-    options = torchrun or []
-    for i, option in enumerate(options):
-        name, equals, value = option.partition("=")
-        if name.replace("_", "-") == "--node-rank":
-            return value if equals else (options[i + 1] if i + 1 < len(options) else "0")
-    return "0"
 
 
 class Session:
@@ -115,6 +112,12 @@ class Session:
         self._output_pending = 0  # bytes of output posted to the owner and not taken yet
         self._output_skipped = 0  # ... and those left to output.log alone
         self._tracker_lock = threading.Lock()  # its thread, and finish() for the last point
+        # A multi-node job (fastmon.job_link): node 0's monitor gathers, the others stream.
+        self.job_server: JobServer | None = None
+        self.node_client: NodeClient | None = None
+        self.nodes: dict[int, dict] = {}  # node 0: each other node's ranks and link, as seen
+        self._rank_nodes: dict[int, int] = {}  # node 0: rank -> the node whose monitor sends it
+        self._link_rejected = 0  # rows another node sent for a rank not its own
 
     @property
     def passthrough(self) -> bool:
@@ -179,6 +182,7 @@ class Session:
         self._owner.start()
         self.output.start({"stdout": out_read, "stderr": err_read})
         self._spawn(self._sample_loop)
+        self._link_nodes()
         if "prometheus" in self.options.log_to and importlib.util.find_spec("prometheus_client"):
             self._serve_metrics()
         if set(self.options.log_to) - {"prometheus"}:
@@ -190,12 +194,48 @@ class Session:
 
         try:
             self.metrics_server, port, taken = serve(lambda: self.view, self.run_dir.name,
-                                                     node_rank(self.options.torchrun), self.options.metrics_port)
+                                                     node_rank(self.options.torchrun), self.options.metrics_port,
+                                                     lambda rank: self._rank_nodes.get(rank, 0) == 0)
         except Exception as exc:  # the training, started already, matters more than its metrics
             self._notice(f"--log-to prometheus: /metrics could not be served: {type(exc).__name__}: {exc}")
             return
         self._notice(("" if taken is None else f"--log-to prometheus: {taken}; ")
                      + f"metrics for Prometheus at http://{socket.gethostname()}:{port}/metrics")
+
+    def _link_nodes(self) -> None:
+        """A job of several nodes: node 0's monitor gathers every node's ranks live, the
+        others stream theirs to it and follow its live changes (fastmon.job_link)."""
+        torchrun = self.options.torchrun
+        node = node_rank(torchrun)
+        if job_nodes(torchrun) < 2 or not node.isdigit():
+            return
+        try:
+            secret = job_secret()
+        except NoSecret as exc:
+            self._notice(f"{exc}: " + ("the other nodes' ranks are not shown here live" if node == "0" else
+                                       f"node {node} does not stream its ranks to node 0's monitor")
+                         + "; each node's record is whole (fastmon report NODE0 NODE1 ... merges them)")
+            return
+        address = node0_address(torchrun, self.options.job_port)
+        if node != "0":
+            self.node_client = NodeClient(address, int(node), secret,
+                                          lambda message: self._owner.post(self._take_node0_message, message),
+                                          lambda text: self._notice(f"node {node}: {text}"))
+            self.node_client.start()
+            self._notice(f"node {node} follows node 0: node 0's monitor advises and applies live changes "
+                         "for the whole job")
+            return
+        try:
+            self.job_server = JobServer(
+                secret, address[1], lambda n, message: self._owner.post(self._take_node_message, n, message),
+                lambda n, when: self._owner.post(self._node_lost, n, when),
+                lambda host: self._owner.post(self._link_refused, host))
+        except OSError as exc:
+            self._notice(f"the live view across nodes is off: port {address[1]} cannot be listened on "
+                         f"({exc.strerror or exc}; --job-port names another, the same on every node)")
+            return
+        self.job_server.start()
+        self._notice(f"node 0: the other nodes' monitors stream their ranks to port {self.job_server.port}")
 
     def _record_error(self, message: str | None) -> None:
         """The run file cannot be written (a full disk), or can again (None)."""
@@ -267,11 +307,12 @@ class Session:
         rec = self.recorder
         state = self._state
         if kind == "events":
-            for row in self._assemble(message):
-                rank_state = state.ranks.setdefault(row.rank, RankState())
-                rank_state.add(row, start_up=not rank_state.steps or (
-                    row.rank == 0 and any(row.step in r for r in state.slowed)))
-                rec.put("steps", row)
+            rows = self._assemble(message)
+            for row in rows:
+                self._rank_nodes.setdefault(row.rank, 0)
+                self._take_row(row)
+            if self.node_client is not None and rows:
+                self.node_client.put({"t": "rows", "rows": [list(row) for row in rows]})
         elif kind == "device":
             rec.put("device_steps", tuple(message.get(f) for f in DEVICE_FIELDS))
             self._note_device_busy(message)
@@ -292,12 +333,85 @@ class Session:
         elif kind in ("applied", "reverted"):
             rec.put("events", (time.time(), 0, message.get("step"), kind, json.dumps(message, default=str)))
             self.experiments.on_ack(message)
+            if self.node_client is not None:  # node 0's experiment: it hears every rank's answer
+                self.node_client.put(message)
         elif kind == "output_closed":
             self.output.closed_by_trainer(message.get("stream"))
         elif kind == "bye":
             state.dropped += int(message.get("dropped", 0))
             self.steps_made[message.get("rank", 0)] = message.get("steps")
             rec.meta("dropped", state.dropped)
+            if self.node_client is not None:
+                self.node_client.put({"t": "bye", "rank": message.get("rank", 0), "steps": message.get("steps")})
+
+    def _take_row(self, row) -> None:
+        rank_state = self._state.ranks.setdefault(row.rank, RankState())
+        rank_state.add(row, start_up=not rank_state.steps or (
+            row.rank == 0 and any(row.step in r for r in self._state.slowed)))
+        self.recorder.put("steps", row)
+
+    # --- the other nodes (node 0's monitor; fastmon.job_link) ---------------------------
+    def _take_node_message(self, node: int, message: dict) -> None:
+        kind = message.get("t")
+        info = self.nodes.setdefault(node, {"ranks": [], "joined": None, "lost": None, "ended": None,
+                                            "exit_code": None, "address": None})
+        if kind == "joined":
+            info.update(joined=time.time(), lost=None, address=message.get("address"))
+            self._record_event(node, "node_joined", {"address": message.get("address")})
+            self._notice(f"node {node} joined the live view (from {message.get('address')})")
+        elif kind == "rows":
+            for values in message.get("rows") or ():
+                self._take_node_row(node, info, values)
+        elif kind == "bye" and self._rank_nodes.get(message.get("rank")) == node:
+            self.steps_made[message["rank"]] = message.get("steps")
+        elif kind in ("applied", "reverted"):
+            self.recorder.put("events", (time.time(), message.get("rank", 0), message.get("step"), kind,
+                                         json.dumps(message, default=str)))
+            self.experiments.on_ack(message)
+        elif kind == "end":
+            info.update(ended=time.time(), exit_code=message.get("exit_code"),
+                        unsent_rows=message.get("unsent_rows", 0))
+            self._record_event(node, "node_ended", {"exit_code": message.get("exit_code"),
+                                                    "unsent_rows": message.get("unsent_rows", 0)})
+
+    def _take_node_row(self, node: int, info: dict, values) -> None:
+        """A step row another node's monitor recorded: taken as its own, once, for a rank
+        of that node's alone."""
+        if not isinstance(values, list) or len(values) != len(StepRow._fields) or row_problem(values):
+            self._link_rejected += 1
+            return
+        row = StepRow._make(values)
+        owner = self._rank_nodes.setdefault(row.rank, node)
+        rank_state = self._state.ranks.get(row.rank)
+        if owner != node or (rank_state and rank_state.rows and row.step <= rank_state.rows[-1].step):
+            self._link_rejected += owner != node
+            return
+        if row.rank not in info["ranks"]:
+            info["ranks"] = sorted([*info["ranks"], row.rank])
+        self._take_row(row)
+
+    def _node_lost(self, node: int, when: float) -> None:
+        info = self.nodes.setdefault(node, {"ranks": []})
+        info["lost"] = when
+        last = {rank: self._state.ranks[rank].rows[-1].step for rank in info["ranks"]
+                if self._state.ranks.get(rank) and self._state.ranks[rank].rows}
+        self._record_event(node, "node_lost", {"at": when, "last_steps": last})
+        self._notice(node_lost_line(node, when, last))
+
+    def _link_refused(self, host: str) -> None:
+        if self.job_server.refused == 1:
+            self._notice(f"a connection from {host} to the job's link did not prove the job's secret: refused "
+                         "(the record counts every one)")
+
+    def _record_event(self, node: int, kind: str, data: dict) -> None:
+        event = {"kind": kind, "node": node, **data}
+        self._state.events.append(event)
+        self.recorder.put("events", (time.time(), 0, None, kind, json.dumps(event, default=str)))
+
+    def _take_node0_message(self, message: dict) -> None:
+        """Node 0's monitor, to a node's: a live change or a capture for this node's ranks."""
+        if message.get("t") == "control" and isinstance(message.get("message"), dict) and self.channel:
+            self.channel.send(message["message"])
 
     def _take_event(self, event: dict) -> None:
         """The steps an event says are not training: a capture's, compiling, a FLOP count."""
@@ -423,7 +537,7 @@ class Session:
             else:
                 continue
             self.recorder.put("advice", (advice.id, time.time(), json.dumps(self._state.advice[advice.id])))
-        if self.options.apply == "auto" and not self.experiments.busy:
+        if self.options.apply == "auto" and not self.experiments.busy and not self._unlinked_nodes():
             for advice in found:
                 if self._auto_allowed(advice.to_dict()) and self._apply_command(advice.id) is None:
                     break
@@ -452,6 +566,9 @@ class Session:
             return "the training has ended"
         if self.experiments.busy:
             return self.experiments.why_busy()
+        unlinked = self._unlinked_nodes()
+        if unlinked:
+            return unlinked
         loader = self._training_loader()
         epoch = epoch_for(advice, loader)
         rows = self._steady_rows(self._state.measured_rows())
@@ -461,6 +578,20 @@ class Session:
         self.tried.add(advice_id)
         advice["status"] = APPLYING
         self.recorder.put("advice", (advice_id, time.time(), json.dumps(advice)))
+        return None
+
+    def _unlinked_nodes(self) -> str | None:
+        """Why a live change cannot go to every rank of a multi-node job now, or None: it
+        must reach every node, or none."""
+        if self.node_client is not None:
+            return "node 0's monitor applies live changes for the whole job"
+        nodes = job_nodes(self.options.torchrun)
+        if nodes < 2 or not node_rank(self.options.torchrun).isdigit():
+            return None
+        linked = len(self.job_server.nodes()) + 1 if self.job_server is not None else 1
+        if linked < nodes:
+            return (f"a live change must reach every node, and {linked} of {nodes} are linked to this monitor"
+                    + ("" if self.job_server is not None else " (no job secret)"))
         return None
 
     def _profile_command(self, steps: int) -> str | None:
@@ -494,9 +625,12 @@ class Session:
             lead = max((rs for rs in ranks.values() if rs.rows), key=lambda rs: rs.rows[-1].step)
             latest = list(lead.rows)[-20:]
             rate = len(latest) / max(sum(r.wall for r in latest), 1e-6)
-            ahead = max(SYNC_AHEAD_MIN_STEPS, int(rate * SYNC_AHEAD_SECONDS) + 1)
+            seconds = SYNC_AHEAD_SECONDS + (LINK_AHEAD_SECONDS if self.job_server is not None else 0)
+            ahead = max(SYNC_AHEAD_MIN_STEPS, int(rate * seconds) + 1)
             message = dict(message, at_step=lead.rows[-1].step + ahead)
         self.channel.send(message)
+        if self.job_server is not None:
+            self.job_server.send({"t": "control", "message": message})
 
     def _experiment_done(self, result: dict) -> None:
         self._state.applied.append(result)
@@ -552,6 +686,10 @@ class Session:
             deadline = time.monotonic() + 2.0
             while self.channel.open_connections and time.monotonic() < deadline:
                 time.sleep(0.02)
+        if self.job_server is not None:  # the other nodes' last steps (they end with this one)
+            deadline = time.monotonic() + NODES_END_WAIT
+            while self.job_server.nodes() and time.monotonic() < deadline:
+                time.sleep(0.05)
         self.advise_once()  # what the last messages showed
         if self.tracker_log is not None:
             try:
@@ -560,6 +698,8 @@ class Session:
                 self._notice(f"--log-to: the last point was not sent: {type(exc).__name__}: {exc}")
             self.tracker_log.close()
         self._command(self._end_command, code)
+        if self.node_client is not None:
+            self.node_client.close(exit_status(code))
         self._owner.stop()  # what was posted so far is taken; nothing later is
         state = self._state
         self.recorder.meta("exit_code", state.exit_code)
@@ -570,15 +710,27 @@ class Session:
         if self.channel is not None:
             self.recorder.meta("channel", {"refused": self.channel.refused, "failed_messages":
                                            self.channel.failed_messages + self._failures["_take_message"]})
+        if self.job_server is not None or self.node_client is not None:
+            self.recorder.meta("job_link", self._link_figures())
         self.recorder.meta("output", dict(self.output.close(), screens_skipped_bytes=self._output_skipped,
                                           log_rows_dropped_bytes=self.recorder.log_dropped_bytes))
         self.recorder.close()
         if self.channel is not None:
             self.channel.close()
+        if self.job_server is not None:
+            self.job_server.close()
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
         return state.exit_code
+
+    def _link_figures(self) -> dict:
+        if self.node_client is not None:
+            client = self.node_client
+            return {"node": client.node, "to": f"{client.address[0]}:{client.address[1]}", "refused": client.refused,
+                    "unsent_rows": client.unsent_rows}
+        return {"node": 0, "port": self.job_server.port, "nodes": {str(n): i for n, i in sorted(self.nodes.items())},
+                "refused": self.job_server.refused, "rejected_rows": self._link_rejected}
 
     def _end_command(self, code: int) -> None:
         self.experiments.end_of_run()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastmon.advisor.bound import LAUNCH, bound, launch_remedies
 from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.verdict import verdict
-from fastmon.advisor.window import Window
+from fastmon.advisor.window import Window, recent
 from fastmon.calibration import measured_tflops
 from fastmon.peaks import math_dtype, peak_tflops
 from fastmon.permanent import line_text, permanent_changes
@@ -165,6 +165,28 @@ def straggler(ranks: list[dict]) -> int | None:
     return None
 
 
+def lost_nodes(events, until: float | None = None) -> dict[int, float]:
+    """The nodes of a multi-node job whose monitors stopped reporting to node 0's and did
+    not come back (by ``until``): node -> when it was lost."""
+    lost: dict[int, float | None] = {}
+    for event in events:
+        at = event.get("at")
+        if event.get("kind") == "node_lost" and isinstance(at, (int, float)) and (until is None or at <= until):
+            lost[event["node"]] = at
+        elif event.get("kind") == "node_joined":
+            lost[event["node"]] = None
+    return {node: at for node, at in sorted(lost.items()) if at is not None}
+
+
+def rank_table(rank_rows: dict, steps: int) -> tuple[list[dict], int | None]:
+    """Under DDP, each rank's figures over its last ``steps`` steps, and the straggler."""
+    if len(rank_rows) < 2:
+        return [], None
+    ranks = [{"rank": rank, **window_summary(Window.from_rows(recent(rows, steps)))}
+             for rank, rows in sorted(rank_rows.items())]
+    return ranks, straggler(ranks)
+
+
 def summarize(run_dir) -> dict:
     """The summary of one run folder, or of several (one per node of a multi-node run,
     each holding its own ranks) merged into one view."""
@@ -202,6 +224,7 @@ def summarize(run_dir) -> dict:
         summary["record_lacks"] = record_lacks(metas, last_ends, summary["dropped"], made, events)
         summary["output_dropped_bytes"] = sum((m.get("output") or {}).get("dropped_bytes", 0) for m in metas)
         summary["channel_refused"] = sum((m.get("channel") or {}).get("refused", 0) for m in metas)
+        summary["job_link"] = meta.get("job_link")
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         facts = records[0].facts()
         from fastmon.rederive import advice_now, advised_by_other_rules  # (it reads this module's windows)

@@ -110,7 +110,8 @@ def test_two_runs_on_the_default_port_both_serve_and_say_where(tmp_path):
 @pytest.mark.e2e
 def test_the_cluster_recipe_runs_two_nodes_on_one_machine(tmp_path):
     """examples/cluster/fastmon-node.sh, as srun would start it on each of two nodes: one
-    rank a node, each node's record in its own folder, merged by the report."""
+    rank a node, each node's record in its own folder, merged by the report; with the job's
+    secret in a 0600 file, node 0's record holds both nodes' ranks by itself."""
     import json
     import os
     import socket
@@ -123,7 +124,9 @@ def test_the_cluster_recipe_runs_two_nodes_on_one_machine(tmp_path):
         master_port = s.getsockname()[1]
     env = dict(clean_env(), PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
                SLURM_NNODES="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port), METRICS_PORT="0",
-               FASTMON_RUNS_DIR=str(tmp_path / "runs"))
+               FASTMON_RUNS_DIR=str(tmp_path / "runs"), FASTMON_JOB_SECRET_FILE=str(tmp_path / "job.secret"))
+    (tmp_path / "job.secret").write_text("the job's secret\n")
+    (tmp_path / "job.secret").chmod(0o600)
     nodes = [subprocess.Popen([ROOT / "examples" / "cluster" / "fastmon-node.sh", SCRIPTS / "ddp_train.py"],
                               cwd=tmp_path, env=dict(env, SLURM_NODEID=str(node)), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for node in (0, 1)]
@@ -136,3 +139,6 @@ def test_the_cluster_recipe_runs_two_nodes_on_one_machine(tmp_path):
                             env=clean_env(), timeout=60)
     assert merged.returncode == 0, merged.stderr
     assert [(r["rank"], r["steps"]) for r in json.loads(merged.stdout)["ranks"]] == [(0, 80), (1, 80)]
+    gathered = subprocess.run(fastmon_cmd("report", runs[0], "--json"), cwd=tmp_path, capture_output=True, text=True,
+                              env=clean_env(), timeout=60)
+    assert [(r["rank"], r["steps"]) for r in json.loads(gathered.stdout)["ranks"]] == [(0, 80), (1, 80)]

@@ -23,7 +23,8 @@ from fastmon.common.verdicts import params_text
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, busy_during, compiled_model, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
-                             rows_span, steady_span, straggler, util_in_span, window_summary)
+                             lost_nodes, rank_table, rows_span, steady_span,
+                             util_in_span)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
@@ -61,6 +62,7 @@ class Snapshot:
     applied: list = field(default_factory=list)
     ranks: list = field(default_factory=list)
     straggler: int | None = None
+    nodes_lost: dict = field(default_factory=dict)  # a multi-node job's nodes that stopped reporting: node -> when
     replay: tuple | None = None  # (position, last) in replay mode
     dropped: int = 0
     capturing: bool = False  # a torch.profiler capture asked for or under way
@@ -98,19 +100,11 @@ def fill_progress(snap: Snapshot, facts: dict, argv: list[str]) -> None:
                                                          snap.status == RunStatus.RUNNING)
 
 
-def rank_table(rank_rows: dict) -> tuple[list[dict], int | None]:
-    if len(rank_rows) < 2:
-        return [], None
-    ranks = [{"rank": rank, **window_summary(Window.from_rows(recent(rows, RECENT_STEPS)))}
-             for rank, rows in sorted(rank_rows.items())]
-    return ranks, straggler(ranks)
-
-
 def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
           advice, applied, dropped, replay=None, capturing=False, current: Window | None = None,
           flops_count: dict | None = None, gpu_busy: float | None = None, experiment: dict | None = None,
           outcome: dict | None = None, selected: StepRow | None = None, rss: list = (),
-          losses: list = (), gpu_run: list = ()) -> Snapshot:
+          losses: list = (), gpu_run: list = (), nodes_lost: dict | None = None) -> Snapshot:
     """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
     ``current``: the steady run since the last change, for a run that has ended (the
     report's figures); else the shares are of the latest steps; ``flops_count``: the
@@ -146,7 +140,8 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
                 total = d.get("mem_total") or 1
                 hist["mem"].append(100.0 * (d.get("mem_used") or 0) / total)
     fill_progress(snap, facts, argv)
-    snap.ranks, snap.straggler = rank_table(rank_rows)
+    snap.ranks, snap.straggler = rank_table(rank_rows, RECENT_STEPS)
+    snap.nodes_lost = dict(nodes_lost or {})
     snap.compute = flops_figures(flops_count, counted_samples(flops_count, rows), run.get("steps_per_s", 0.0),
                                  run.get("samples_per_s", 0.0), facts)
     on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
@@ -203,7 +198,8 @@ class LiveSource:
                      else busy_during(gpu_timed, shown),
                      gpu_run=gpus_over_run(gpu_timed, rows_span([r for r in rows if r.step >= current.first_step]))
                      if current is not None else (),
-                     experiment=view.experiment, outcome=ended, rss=view.rss, losses=view.losses)
+                     experiment=view.experiment, outcome=ended, rss=view.rss, losses=view.losses,
+                     nodes_lost=lost_nodes(view.events))
 
     @property
     def run_dir(self):
@@ -364,7 +360,8 @@ class ReplaySource:
                      outcome=self._outcome if at_end else None, selected=rows[-1] if rows else None,
                      rss=[r for ts, _, s in self.host[:self._host_upto(t)][-RSS_HISTORY:]
                           if (r := training_rss(s)) is not None],
-                     losses=self._losses_upto(len(self.log) if at_end else self._log_upto(t)))
+                     losses=self._losses_upto(len(self.log) if at_end else self._log_upto(t)),
+                     nodes_lost=lost_nodes(self.recorded_events, None if at_end else t))
         if not at_end and self._epochs:  # the record's last facts say the last epoch
             snap.epoch = epoch_at(self._epochs, at_step)
         return snap

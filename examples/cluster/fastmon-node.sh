@@ -11,7 +11,9 @@
 #   by hand: NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT
 # GPUS_PER_NODE: ranks on this node (default: PET_NPROC_PER_NODE, else 1); METRICS_PORT:
 # where /metrics listens (default 9464; 0: a free one); FASTMON_RUNS_DIR (default
-# fastmon-runs). Usage: fastmon-node.sh TRAIN.PY [ARGS...]
+# fastmon-runs). The job's secret (FASTMON_JOB_SECRET_FILE, a file only you may read; the
+# sbatch recipe makes one, the PyTorchJob mounts one): node 0's monitor then shows and
+# records every node's ranks live. Usage: fastmon-node.sh TRAIN.PY [ARGS...]
 set -euo pipefail
 
 nnodes=${NNODES:-${SLURM_NNODES:-${PET_NNODES:-1}}}

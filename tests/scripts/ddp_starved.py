@@ -13,6 +13,7 @@ from gloo_exit import destroy_process_group
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
+parser.add_argument("--epochs", type=int, default=2)
 args = parser.parse_args()
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -32,7 +33,7 @@ loader = DataLoader(Slow(), batch_size=16, sampler=sampler)
 model = DistributedDataParallel(nn.Linear(16, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 with open(f"{args.out}.{rank}", "w") as f:
-    for epoch in range(2):
+    for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         seen = []
         for x, index in loader:
