@@ -49,9 +49,18 @@ EPOCHS_MEASURED = 2  # a change measured over whole epochs: this many after it
 # verdict, unless its interval already lies beyond this factor either way: a shared machine
 # drifts 20-40% over minutes, which cannot flip a larger change.
 DRIFT_PROOF = 1.5
+WORTH_MORE = 0.10  # a search's next setting (twice the workers) must buy this much
 
 (APPLYING, MEASURING, FINALIZING, REVERTING, RETURNING, KEPT, REVERTED, REVERT_FAILED, FAILED, INCOMPLETE,
  NOT_JUDGED_STATE) = ExperimentState
+
+
+def worth_more(larger: Measured, smaller: Measured) -> bool:
+    """A search's larger setting is worth taking over a smaller one: faster by WORTH_MORE
+    at least. Sequential windows on a shared machine differ by several percent, and a
+    loader window's interval (its worker start-ups in it) is too wide to tell 4 workers
+    from 8: a margin on the rate is what gives one answer run after run."""
+    return larger.rate > smaller.rate * (1 + WORTH_MORE)
 
 
 def aftermath(startup) -> range:
@@ -160,17 +169,18 @@ class Experiment:
         return int((params or {}).get("num_workers", self.original_workers))
 
     def best(self) -> tuple[dict | None, Measured | None]:
-        """The trial to settle on: of those within noise of the fastest, the first tried
-        (in a worker search, the fewest workers): the same answer run after run. All the
-        windows measured of its setting, pooled."""
+        """The trial to settle on: the first tried (in a worker search, the fewest
+        workers) that the fastest does not beat by WORTH_MORE beyond noise: the same answer
+        run after run where a larger setting buys little. All the windows measured of its
+        setting, pooled."""
         by_params: dict = {}
         for params, window in self.trials:
             by_params.setdefault(repr(params), (params, []))[1].append(window)
         if not by_params:
             return None, None
         merged = [(params, pooled(windows)) for params, windows in by_params.values()]
-        fastest = max(w.rate for _, w in merged)
-        return next((p, w) for p, w in merged if w.rate >= fastest * (1 - NOISE))
+        fastest = max((w for _, w in merged), key=lambda w: w.rate)
+        return next((p, w) for p, w in merged if not worth_more(fastest, w))
 
     def verdict(self) -> str:
         if self.not_judged:
@@ -444,9 +454,8 @@ class ExperimentRunner:
             exp.trials[-1] = (exp.live_params, window)  # the same trial, measured longer
         else:
             exp.trials.append((exp.current, window))
-        best_before = max((w.rate for _, w in exp.trials[:-1]), default=exp.baseline.rate)
-        improved = window.rate > best_before * (1 + NOISE)
-        if not exp.extensions and improved and exp.index + 1 < len(exp.candidates):
+        best_before = max((w for _, w in exp.trials[:-1]), key=lambda w: w.rate, default=exp.baseline)
+        if not exp.extensions and worth_more(window, best_before) and exp.index + 1 < len(exp.candidates):
             exp.index += 1
             self._apply(exp, exp.current)
             return

@@ -134,6 +134,17 @@ def test_a_search_settles_on_the_fewest_workers_within_noise_of_the_best():
     assert result["holds_from"] == 833
 
 
+def test_a_search_stops_where_a_doubling_buys_less_than_worth_more():
+    # 4 workers 7.5% faster than 2: beyond the 5% noise floor, but not worth twice the
+    # workers; on a shared machine that much comes and goes between windows.
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(search=({"n": 2}, {"n": 4}, {"n": 8})), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [200.0, 215.0, 200.0, 260.0])
+    assert result["kept"] and result["params"] == {"n": 2}
+    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 2}]
+
+
 def test_a_search_keeps_the_best_candidate():
     probe = Probe()
     runner = ExperimentRunner(probe, None)
