@@ -118,6 +118,7 @@ class ChannelServer:
             elif message.get("t") == "hello" or message.get("rank", rank) != rank:
                 self._drop(conn, rank, refused=True)  # a probe says hello once, for its own rank
                 return
+            message.setdefault("rank", rank)  # (its last word, "bye", says how many steps, not whose)
             try:
                 self._on_message(message)
             except Exception:

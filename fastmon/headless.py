@@ -48,6 +48,11 @@ def status_line(view, argv: list[str] = ()) -> str:
         _, slowest = rank_table({rank: figures.rows for rank, figures in view.ranks.items()}, STATUS_WINDOW)
         parts.append(f"{len(view.ranks)} ranks" + (f", straggler rank {slowest}" if slowest is not None else "")
                      + "".join(f", node {node} lost" for node in lost_nodes(view.events)))
+    expected = view.facts.get("job_nodes")
+    if expected:
+        linked = 1 + len({e["node"] for e in view.events_of("node_joined")} - set(lost_nodes(view.events)))
+        if linked < expected:
+            parts.append(f"{linked} of {expected} nodes linked")
     trainer = [p["rss"] for p in view.host.get("processes") or () if p.get("role") == "trainer"]
     if trainer:
         parts.append(f"RSS {sum(trainer) / 2**30:.1f} GiB")

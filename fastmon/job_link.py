@@ -261,6 +261,8 @@ class NodeClient:
         self._stop = threading.Event()
         self._ending = False
         self.connected = False
+        self.ever_connected = False
+        self.rows_sent = 0
         self.refused = False  # node 0 did not take this node's proof: the secrets differ
         self._told: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="fastmon-node-link", daemon=True)
@@ -302,7 +304,9 @@ class NodeClient:
                 if self._ending:
                     return  # node 0 was never reached: this node's record has it all
                 self._tell_once("unreached", f"node 0's monitor at {where} not reached yet ({exc.strerror or exc}); "
-                                f"retrying every {RETRY_EVERY:g} s, this node's record is kept whatever happens")
+                                f"retrying every {RETRY_EVERY:g} s (node 0 needs the job's secret too, and it "
+                                "listens at the master port + 1 unless --job-port, the same on every node, says "
+                                "otherwise); this node's record is kept whatever happens")
                 self._stop.wait(RETRY_EVERY)
                 continue
             if conn is None:
@@ -310,7 +314,7 @@ class NodeClient:
                 self._say(f"node 0's monitor at {where} refused this node's proof (the job secrets differ, or "
                           f"node {self.node} is connected already): this node's ranks are in its own record only")
                 return
-            self.connected = True
+            self.connected = self.ever_connected = True
             self._tell_once("joined", f"streaming this node's ranks to node 0's monitor at {where}")
             try:
                 if self._stream(conn):
@@ -376,6 +380,7 @@ class NodeClient:
                     with self._lock:
                         self._pending.popleft()
                         self._pending_rows -= len(message.get("rows") or ())
+                    self.rows_sent += len(message.get("rows") or ())
                     last_sent = time.monotonic()
                     if message.get("t") == "end":
                         return True

@@ -30,8 +30,10 @@ def link_lines(link: dict | None) -> list[str]:
     if not link:
         return []
     if link.get("node"):
-        state = ("node 0 refused this node's proof of the job secret" if link.get("refused") else
-                 f"streamed to node 0's monitor at {link.get('to')}")
+        to = link.get("to")
+        state = ("node 0's monitor refused this node's proof of the job's secret" if link.get("refused") else
+                 f"never reached node 0's monitor at {to}" if link.get("reached") is False else
+                 f"streamed {link.get('rows_sent', 0):,} step rows to node 0's monitor at {to}")
         unsent = link.get("unsent_rows")
         return [f"  nodes: this is node {link['node']}; {state}"
                 + (f"; {unsent:,} step rows not sent (node 0 unreachable too long)" if unsent else "")]
@@ -39,9 +41,9 @@ def link_lines(link: dict | None) -> list[str]:
     for node, info in sorted(link.get("nodes", {}).items(), key=lambda item: int(item[0])):
         ranks = ", ".join(map(str, info.get("ranks") or ())) or "none"
         end = (f"lost at {time.strftime('%H:%M:%S', time.localtime(info['lost']))}" if info.get("lost") else
-               f"ended, exit {info.get('exit_code')}" if info.get("ended") else "linked")
-        nodes.append(f"node {node} (ranks {ranks}) {end}")
-    lines = ["  nodes: node 0 gathered live " + ("; ".join(nodes) if nodes else "no other node (none linked)")]
+               f"ended with exit code {info.get('exit_code')}" if info.get("ended") else "linked")
+        nodes.append(f"node {node} (ranks {ranks}): {end}")
+    lines = ["  nodes, gathered live on node 0: " + ("; ".join(nodes) if nodes else "no other node linked")]
     for key, what in (("refused", "connections to the job's link refused: {} (no proof of the job's secret); "
                                   "nothing they sent was recorded"),
                       ("rejected_rows", "step rows refused from linked nodes: {} (damaged, or for another node's rank)")):
@@ -54,7 +56,7 @@ def node_lost_line(node: int, when: float, last_steps: dict) -> str:
     """A node whose monitor stopped reporting to node 0's (fastmon.job_link)."""
     last = ", ".join(f"rank {rank} at step {step}" for rank, step in sorted((int(r), s) for r, s in last_steps.items()))
     return (f"node {node} lost at {time.strftime('%H:%M:%S', time.localtime(when))}: its monitor stopped reporting"
-            + (f" ({last})" if last else "") + "; that node's own record keeps its ranks")
+            + (f" ({last})" if last else "") + "; that node's own record has what its monitor saw")
 
 
 def profile_lines(capture: dict) -> list[str]:

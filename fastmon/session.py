@@ -118,6 +118,7 @@ class Session:
         self.nodes: dict[int, dict] = {}  # node 0: each other node's ranks and link, as seen
         self._rank_nodes: dict[int, int] = {}  # node 0: rank -> the node whose monitor sends it
         self._link_rejected = 0  # rows another node sent for a rank not its own
+        self._terminations = 0  # SIGTERMs passed on
 
     @property
     def passthrough(self) -> bool:
@@ -222,8 +223,8 @@ class Session:
                                           lambda message: self._owner.post(self._take_node0_message, message),
                                           lambda text: self._notice(f"node {node}: {text}"))
             self.node_client.start()
-            self._notice(f"node {node} follows node 0: node 0's monitor advises and applies live changes "
-                         "for the whole job")
+            self._notice(f"node {node} follows node 0: live changes come from node 0's monitor, this one "
+                         "advises and applies none")
             return
         try:
             self.job_server = JobServer(
@@ -235,6 +236,7 @@ class Session:
                          f"({exc.strerror or exc}; --job-port names another, the same on every node)")
             return
         self.job_server.start()
+        self._owner.post(self._state.facts.__setitem__, "job_nodes", job_nodes(torchrun))  # for the status line
         self._notice(f"node 0: the other nodes' monitors stream their ranks to port {self.job_server.port}")
 
     def _record_error(self, message: str | None) -> None:
@@ -699,7 +701,11 @@ class Session:
             self.tracker_log.close()
         self._command(self._end_command, code)
         if self.node_client is not None:
-            self.node_client.close(exit_status(code))
+            client = self.node_client
+            client.close(exit_status(code))
+            if not client.ever_connected and not client.refused:
+                self._notice(f"node {client.node} never reached node 0's monitor at {client.address[0]}:"
+                             f"{client.address[1]}: its ranks are in this node's record only")
         self._owner.stop()  # what was posted so far is taken; nothing later is
         state = self._state
         self.recorder.meta("exit_code", state.exit_code)
@@ -728,7 +734,7 @@ class Session:
         if self.node_client is not None:
             client = self.node_client
             return {"node": client.node, "to": f"{client.address[0]}:{client.address[1]}", "refused": client.refused,
-                    "unsent_rows": client.unsent_rows}
+                    "reached": client.ever_connected, "rows_sent": client.rows_sent, "unsent_rows": client.unsent_rows}
         return {"node": 0, "port": self.job_server.port, "nodes": {str(n): i for n, i in sorted(self.nodes.items())},
                 "refused": self.job_server.refused, "rejected_rows": self._link_rejected}
 
@@ -744,8 +750,26 @@ class Session:
             self.proc.send_signal(signal.SIGINT)
 
     def terminate(self) -> None:
-        if self.proc and self.proc.poll() is None:
+        """SIGTERM for the training process, passed on; a second one kills its whole tree:
+        torchrun waiting at its exit barrier for a lost node takes no SIGTERM for minutes."""
+        if not self.proc or self.proc.poll() is not None:
+            return
+        self._terminations += 1
+        if self._terminations == 1:
             self.proc.terminate()
+            return
+        import psutil
+
+        try:
+            tree = [*psutil.Process(self.proc.pid).children(recursive=True), psutil.Process(self.proc.pid)]
+        except psutil.Error:
+            tree = []
+        for process in tree:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        self._notice("a second SIGTERM: the training's processes were killed (SIGKILL)")
 
 
 def script_digest(target: list[str]) -> str | None:

@@ -62,6 +62,15 @@ def test_a_probe_with_the_secret_is_heard_and_a_message_the_session_cannot_take_
     assert server.send({"t": "apply"}, rank=0) == 1
 
 
+def test_a_message_that_names_no_rank_is_the_connections_ranks(server):
+    # Every rank's probe ends with {"t": "bye", "steps": N}: rank 1's was taken as rank 0's,
+    # and a clean 2-rank run's report said rank 1 ended "without its last send".
+    probe = connect(server)
+    probe.sendall(frame({"t": "hello", "rank": 1, "secret": server.secret}) + frame({"t": "bye", "steps": 80}))
+    wait_for(lambda: len(server.received) == 2, "the hello and the bye")
+    assert server.received[1] == {"t": "bye", "steps": 80, "rank": 1}
+
+
 @pytest.mark.parametrize("first", [
     {"t": "hello", "rank": 0},  # no secret
     {"t": "hello", "rank": 0, "secret": "0" * 32},

@@ -119,7 +119,7 @@ def test_node_0_shows_and_records_every_rank_of_two_nodes_and_names_the_straggle
     assert step < 360, during  # seen while the job ran, not at its end
     report = subprocess.run(fastmon_cmd("report", str(runs[0])), capture_output=True, text=True, timeout=60,
                             env=clean_env()).stdout
-    assert "node 1 (ranks 2, 3) ended, exit 0" in report and "refused: " in report
+    assert "node 1 (ranks 2, 3): ended with exit code 0" in report and "refused: " in report
 
 
 @pytest.mark.e2e
@@ -135,9 +135,13 @@ async def test_node_1s_monitor_killed_is_said_lost_and_node_0_goes_on(tmp_path):
     try:
         node0.wait_for(" step 450 ")  # node 0's training went on to its end
         # torchrun's agent on node 0 then waits at its exit barrier for node 1's agent,
-        # which died with its monitor's pipes (README, Limits): stop it as a user would.
+        # which died with its monitor's pipes (README, Limits): stop it as a README says.
         nodes[0].send_signal(signal.SIGTERM)
-        nodes[0].wait(timeout=60)
+        try:
+            nodes[0].wait(timeout=10)
+        except subprocess.TimeoutExpired:  # torchrun at its barrier: the second one kills it
+            nodes[0].send_signal(signal.SIGTERM)
+            nodes[0].wait(timeout=60)
     finally:
         os.killpg(nodes[1].pid, signal.SIGKILL)  # what is left of node 1, orphaned by the test
     node0.wait_for(", node 1 lost")  # on the status line too
@@ -186,6 +190,24 @@ def test_node_0_applies_a_live_change_on_every_rank_of_both_nodes_at_one_step(tm
             by_change.setdefault((ack["exp"], json.dumps(ack["params"])), []).append(ack["step"])
         for steps in by_change.values():
             assert len(steps) == ranks and len(set(steps)) == 1, by_change  # every rank, one step
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("holder", [0, 1])
+def test_a_secret_on_one_node_only_is_said_where_it_matters(tmp_path, holder):
+    master_port = free_port()
+    nodes = [start_node(tmp_path, node, master_port, secret=SECRET if node == holder else None) for node in (0, 1)]
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    for node, (_, err) in zip(nodes, outputs):
+        assert node.returncode == 0, err
+        assert "Traceback" not in err
+    if holder == 0:  # node 0 waits for a node that cannot come, and says so
+        assert "| 1 of 2 nodes linked" in outputs[0][1]
+    else:  # node 1 tried, and says at its end that it never got through
+        assert "[fastmon] node 1: node 0's monitor at 127.0.0.1:" in outputs[1][1]
+        assert "[fastmon] node 1 never reached node 0's monitor" in outputs[1][1]
+        own = record_ranks(next((tmp_path / "node1").iterdir()))
+        assert own["job_link"]["reached"] is False and [r["rank"] for r in own["ranks"]] == [2, 3]
 
 
 def test_the_secret_comes_from_a_file_only_its_owner_may_read(tmp_path):
