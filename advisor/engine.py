@@ -1,5 +1,6 @@
-"""Runs every rule over a window and the facts; ordered by estimated gain. The rules'
-digest stamps each record, so that advice recorded by other rules is derived again."""
+"""Runs every rule over a window and the facts; ordered by estimated gain, after the rules
+that fix what the other estimates assume (``FIRST``). The rules' digest stamps each
+record, so that advice recorded by other rules is derived again."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import hashlib
 from pathlib import Path
 
 from fastmon.advisor.facts import Facts
-from fastmon.advisor.rules import RULES
+from fastmon.advisor.rules import BY_ID, RULES
 from fastmon.advisor.types import Advice
 from fastmon.advisor.window import Window
 
@@ -21,7 +22,7 @@ def advise(window: Window, facts: Facts, disabled: frozenset = frozenset()) -> l
         advice = rule.check(window, facts)
         if advice is not None:
             found.append(advice)
-    return sorted(found, key=lambda a: -(a.est_gain or 1.0))
+    return sorted(found, key=lambda a: (not getattr(BY_ID[a.id], "FIRST", False), -(a.est_gain or 1.0)))
 
 
 @functools.cache

@@ -12,6 +12,7 @@ problem is found when its rule fires, with the file:line of the cause where it i
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -62,15 +63,15 @@ GPU_ONLY = ("amp", "batch_size", "channels_last", "cudnn.benchmark", "dataloader
 SPIN = "import time\nwhile True:\n    pass\n"  # another job on one core: the shared-cores case
 
 
-def advised(command: list, apply: str = "never", busy: bool = False) -> dict:
+def advised(command: list, apply: str = "never", busy: bool = False, allow: str = "") -> dict:
     """`fastmon run --headless` of a command in a fresh folder (``busy``: with another
-    process spinning a core all along); its report's JSON."""
+    process spinning a core all along; ``allow``: --allow's ids); its report's JSON."""
     with tempfile.TemporaryDirectory() as folder:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FASTMON_")}
         spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if busy else None
         try:
             run = subprocess.run([sys.executable, "-m", "fastmon", "run", "--headless", "--apply", apply,
-                                  *map(str, command)], cwd=folder, capture_output=True, text=True, timeout=900, env=env)
+                                  *(["--allow", allow] if allow else []), *map(str, command)], cwd=folder, capture_output=True, text=True, timeout=900, env=env)
         finally:
             if spinner is not None:
                 spinner.kill()
@@ -87,6 +88,14 @@ def ids(report: dict, kind: str) -> list[str]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--live-only", action="store_true", help="only the table of live changes")
+    if not parser.parse_args().live_only:
+        precision_and_recall()
+    live_changes()
+
+
+def precision_and_recall() -> None:
     false_alarms, problems_advised = 0, 0
     print("| healthy script | problems advised | suggestions |\n| --- | --- | --- |")
     for name, command in HEALTHY.items():
@@ -116,13 +125,19 @@ def main() -> None:
           f"suggestions: {found['suggestion'][0]}/{found['suggestion'][1]}")
     print(f"not plantable without a GPU: {', '.join(GPU_ONLY)}")
 
+
+def live_changes() -> None:
     # The estimate is for the first candidate a search tries: compared with that trial.
     print("\n| planted mistake | live change | predicted | measured (first candidate) | settled on [interval] |"
           "\n| --- | --- | ---: | ---: | --- |")
     # (steps of ~1 ms: enough for the experiments' 1 s windows)
-    for mistake, busy in (("starved", False), ("starved", True), ("spawned", False), ("set_to_none", False),
-                          ("anomaly", False), ("anomaly", True)):
-        report = advised([PLANTED, "--mistake", mistake, "--steps", "4000"], apply="auto", busy=busy)
+    # The busy rows again with torch's thread count allowed (it can change a reduction's
+    # last bits): the change that undoes what the busy core does to torch's threads.
+    threads = "torch.num_threads"
+    for mistake, busy, allow in (("starved", False, ""), ("starved", True, ""), ("starved", True, threads),
+                                 ("spawned", False, ""), ("set_to_none", False, ""), ("anomaly", False, ""),
+                                 ("anomaly", True, ""), ("anomaly", True, threads)):
+        report = advised([PLANTED, "--mistake", mistake, "--steps", "4000"], apply="auto", busy=busy, allow=allow)
         predicted = {a["id"]: a.get("est_gain") for a in report["advice"]}
         for a in report["applied"]:
             first = a["tried"][0] if a["tried"] else None
@@ -135,7 +150,7 @@ def main() -> None:
             settled = (f"{params_text(a['params'])}: {a['speedup']:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}], "
                        if a.get("speedup") else "")
             gain = predicted.get(a["id"])
-            name = mistake + (", one core busy" if busy else "")
+            name = mistake + (", one core busy" if busy else "") + (f", --allow {allow}" if allow else "")
             print(f"| {name} | {a['id']} | {f'{gain:.2f}x' if gain else '—'} | {measured} | "
                   f"{settled}{a.get('verdict')}, {'kept' if a['kept'] else 'reverted'} |")
 

@@ -37,7 +37,7 @@ ACK_TIMEOUT_S = 10.0
 ACK_TIMEOUT_STEPS = 10
 # interleaved trials
 INTERLEAVED = frozenset({"anomaly_detection", "set_to_none", "cudnn_benchmark", "matmul_precision", "autocast",
-                         "optimizer_foreach"})
+                         "optimizer_foreach", "num_threads"})
 BLOCK_SECONDS = 0.4  # a block's length: longer than the ~100 ms stretches a shared core slows for
 MIN_BLOCK_STEPS = 8
 MAX_BLOCK_STEPS = 2000

@@ -22,11 +22,11 @@ from fastmon.probe.batch_change import check_fits, new_batch_sampler, scale_lear
 # The changes an interleaved trial switches back and forth: global settings or flags of
 # fastmon's, each set in microseconds with nothing rebuilt.
 SWITCHABLE = frozenset({"anomaly_detection", "set_to_none", "cudnn_benchmark", "matmul_precision", "autocast",
-                        "optimizer_foreach"})
+                        "optimizer_foreach", "num_threads"})
 
 
 DEFAULT_VALUE = {"anomaly_detection": False, "set_to_none": True, "cudnn_benchmark": True,
-                 "matmul_precision": "high", "autocast": True, "optimizer_foreach": True}
+                 "matmul_precision": "high", "autocast": True, "optimizer_foreach": True, "num_threads": 1}
 
 
 def value_of(action: str, params: dict | None):
@@ -217,6 +217,8 @@ class HotApply:
             return {"value": self.probe.optimizer_part.force_set_to_none}
         if action == "cudnn_benchmark":
             return {"value": torch.backends.cudnn.benchmark}
+        if action == "num_threads":
+            return {"value": torch.get_num_threads()}
         if action == "matmul_precision":
             return {"value": torch.get_float32_matmul_precision()}
         if action == "optimizer_foreach":
@@ -280,6 +282,14 @@ class HotApply:
     def _apply_cudnn_benchmark(self, params: dict, ack, target):
         previous = {"value": torch.backends.cudnn.benchmark}
         torch.backends.cudnn.benchmark = bool(params.get("value", True))
+        ack(True)
+        return previous, None
+
+    def _apply_num_threads(self, params: dict, ack, target):
+        # On the training thread, at a step boundary: OpenMP's thread count is the calling
+        # thread's setting, so it must be set where the ops run.
+        previous = {"value": torch.get_num_threads()}
+        torch.set_num_threads(max(1, int(params.get("value", 1))))
         ack(True)
         return previous, None
 

@@ -53,6 +53,12 @@ def facts(env=CPU_ENV, models=(), loader=None, optimizers=(), settings=None, eve
     return Facts(values=base, events=list(events), gpu=list(gpu), host_cpu_count=2)
 
 
+def with_cores(fact_set, others: float, samples: int = 6):
+    """``fact_set`` with the host's cores as the monitor samples them over a window."""
+    fact_set.host_cpu = {"trainer": 1.0, "workers": 0.0, "others": others, "samples": samples}
+    return fact_set
+
+
 def fired(window_rows, fact_set) -> dict:
     return {a.id: a for a in advise(Window.from_rows(window_rows), fact_set)}
 
@@ -146,6 +152,9 @@ CASES = {
                                 "recompile_reasons": ["tensor 'x' size mismatch at index 0. expected 32, actual 17"]},
                        events=[{"kind": "compile_called", "location": "train.py:30"}])),
         (rows(), facts(compile={"graphs": 1, "graph_breaks": 0, "recompiles": 0, "recompile_reasons": []}))),
+    "torch.num_threads": (
+        (rows(), with_cores(facts(settings={"threads": 2}), others=1.0)),
+        (rows(), with_cores(facts(settings={"threads": 1}), others=1.0))),
 }
 
 
@@ -237,6 +246,24 @@ def test_num_workers_counts_the_cores_the_loading_needs_and_other_jobs_take():
     assert "the loading is CPU work (95% of the wait), 0.0 of 2 cores spare beside torch's 2 threads" in full.evidence
     # torch on one thread leaves a core: the loading can move there, one core's worth
     assert advice(0.95, threads=1).est_gain == pytest.approx(72 / (60 * 0.95), rel=0.01)
+
+
+def test_torch_threads_beyond_the_cores_other_processes_leave_are_advised_fewer():
+    def advice(threads=2, others=1.0, samples=6, ms=None):
+        return fired(rows(ms=ms), with_cores(facts(settings={"threads": threads}), others, samples)).get(
+            "torch.num_threads")
+
+    found = advice()  # 2 threads, 2 cores, another job on one
+    assert found.apply.params == {"value": 1} and found.apply.changes_maths and found.est_gain is None
+    assert "torch runs 2 threads on 2 cores and other processes keep 1.0 of them busy" in found.evidence
+    # first: the other estimates are shares of a step its waiting threads inflate
+    inflated = {"data_wait": 60.0, "forward": 30.0, "backward": 30.0, "optimizer": 2.0}  # the planted loop, busy
+    both = advise(Window.from_rows(rows(ms=inflated)), with_cores(facts(loader=LOADER, settings={"threads": 2}), 1.0))
+    assert [a.id for a in both] == ["torch.num_threads", "dataloader.num_workers"]
+    assert advice(others=0.1) is None  # a quiet machine (fastmon's own monitor is a few % of a core)
+    assert advice(threads=1) is None  # one thread already
+    assert advice(samples=1) is None  # one host sample is a moment
+    assert advice(ms={"data_wait": 60.0, "forward": 3.0, "backward": 3.0, "optimizer": 1.0}) is None  # little compute
 
 
 def test_evaluation_inside_training_steps_is_not_the_loaders_wait():

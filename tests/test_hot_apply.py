@@ -318,6 +318,26 @@ def test_an_interleaved_trial_switches_at_the_steps_it_names_and_ends_as_told(tm
 
 
 @pytest.mark.e2e
+def test_torchs_thread_count_is_switched_on_the_training_thread_and_back(tmp_path):
+    out = run_with_probe(
+        tmp_path, LOOP +
+        "torch.set_num_threads(2)\n"
+        "seen = {}\n"
+        "train(10)\n"
+        "probe.publisher.deliver([{'t': 'interleave', 'exp': 4, 'action': 'num_threads',"
+        " 'params': {'value': 1}, 'order': 'BA', 'block': 5}])\n"
+        "def note(step):\n"
+        "    seen[step] = torch.get_num_threads()\n"
+        "train(20, note)\n"
+        "probe.publisher.deliver([{'t': 'conclude', 'exp': 4, 'keep': False}])\n"
+        "train(3, note)\n"
+        "first = [a for a in acks if a['t'] == 'applied'][0]['interleave']['first']\n"
+        "print(first, ''.join(str(seen[s - 1]) for s in range(first + 1, first + 11)), torch.get_num_threads())\n")
+    _, threads, after = out.strip().splitlines()[-1].split(" ")
+    assert threads == "11111" "22222" and after == "2"
+
+
+@pytest.mark.e2e
 def test_a_trial_the_script_undoes_is_reported(tmp_path):
     # the script turns anomaly detection on at every 10th step: the trial cannot compare it
     out = run_with_probe(

@@ -169,7 +169,8 @@ for epoch in range(2):
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
 print("done", loader.num_workers, loader.persistent_workers, loader.batch_size, optimizer.defaults["foreach"],
-      torch.is_anomaly_enabled(), torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+      torch.is_anomaly_enabled(), torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(),
+      torch.get_num_threads())
 """
 WHERE = {"dataloader": 10, "autograd.detect_anomaly": 8, "zero_grad.set_to_none": 17, "optimizer.fused": 14,
          "batch_size": 10}
@@ -191,11 +192,12 @@ def test_every_permanent_line_runs_when_written_into_the_script(tmp_path):
     ]
     for rule, params in (("autograd.detect_anomaly", {"value": False}), ("zero_grad.set_to_none", {"value": True}),
                          ("optimizer.fused", {"value": True}), ("cudnn.benchmark", {"value": True}),
-                         ("tf32", {"value": "high"}), ("batch_size", {"factor": 2, "lr_scale": 2})):
+                         ("tf32", {"value": "high"}), ("batch_size", {"factor": 2, "lr_scale": 2}),
+                         ("torch.num_threads", {"value": 1})):
         applied.append({"id": rule, "kept": True, "verdict": "faster", "params": params})
     advice = [{"id": rule, "location": f"script.py:{line}"} for rule, line in WHERE.items()]
     changes = permanent_changes(applied, facts(), advice)
-    assert len(changes) == 7  # the loader's one call, and each rule's line
+    assert len(changes) == 8  # the loader's one call, and each rule's line
     loader = changes[0]
     assert line_text(loader) == ("DataLoader(..., persistent_workers=True, num_workers=2)  # script.py:10 "
                                  "(num_workers=2: not itself measured faster; persistent_workers needs it)")
@@ -210,7 +212,7 @@ def test_every_permanent_line_runs_when_written_into_the_script(tmp_path):
     done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, env=clean_env())
     assert done.returncode == 0, done.stderr + source
-    assert done.stdout.split() == ["done", "2", "True", "16", "True", "False", "True", "high"], source
+    assert done.stdout.split() == ["done", "2", "True", "16", "True", "False", "True", "high", "1"], source
 
 
 def test_a_line_for_each_rule_that_applies_live():

@@ -28,6 +28,7 @@ from fastmon.advisor.rules import (
     tensor_copy,
     tf32,
     torch_compile,
+    torch_num_threads,
     validation_no_grad,
     zero_grad_set_to_none,
 )
@@ -37,6 +38,6 @@ RULES = (
     cudnn_benchmark, zero_grad_set_to_none, autograd_detect_anomaly, profiler_left_on, sync_per_step,
     retained_graph, validation_no_grad, conv_bias_before_bn, tensor_copy, dataparallel, multi_gpu_unused,
     memory_pressure, optimizer_fused, optimizer_adamw, lr_schedule, grad_clipping, torch_compile, channels_last,
-    compile_recompiles,
+    compile_recompiles, torch_num_threads,
 )
 BY_ID = {rule.ID: rule for rule in RULES}
