@@ -1,9 +1,11 @@
 """Runs every rule over a window and the facts; ordered by estimated gain, after the rules
-that fix what the other estimates assume (``FIRST``). The rules' digest stamps each
-record, so that advice recorded by other rules is derived again."""
+that fix what the other estimates assume (``FIRST``: while one of those fires, the others'
+estimates are withheld, with its reason). The rules' digest stamps each record, so that
+advice recorded by other rules is derived again."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from pathlib import Path
@@ -22,7 +24,12 @@ def advise(window: Window, facts: Facts, disabled: frozenset = frozenset()) -> l
         advice = rule.check(window, facts)
         if advice is not None:
             found.append(advice)
-    return sorted(found, key=lambda a: (not getattr(BY_ID[a.id], "FIRST", False), -(a.est_gain or 1.0)))
+    first = [a for a in found if getattr(BY_ID[a.id], "FIRST", False)]
+    if first:
+        why = BY_ID[first[0].id].WHY_NOT_ESTIMATED
+        found = [a if a in first or a.est_gain is None else
+                 dataclasses.replace(a, est_gain=None, evidence=f"{a.evidence} (not estimated: {why})") for a in found]
+    return sorted(found, key=lambda a: (a not in first, -(a.est_gain or 1.0)))
 
 
 @functools.cache

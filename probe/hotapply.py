@@ -132,6 +132,16 @@ class HotApply:
         if not reverting and previous is not None:
             # A search applies several candidates under one experiment: undo restores the original.
             self.undo.setdefault(exp, (action, previous, changed))
+        if action in SWITCHABLE:
+            self._settings_now()
+
+    def _settings_now(self) -> None:
+        """The global settings as a change left them, said at once: the advisor's rules read
+        them (torch's thread count, say), and the next poll may be steps away."""
+        try:
+            self.probe.settings_fact()
+        except Exception:
+            pass
 
     # --- the interleaved trial ------------------------------------------------------
     def _start_trial(self, command: dict, step: int) -> None:
@@ -206,6 +216,7 @@ class HotApply:
         self.trial, self.start_at = None, math.inf
         if not keep:
             self.undo.pop(exp, None)
+        self._settings_now()
         self.probe.message({"t": "applied" if keep else "reverted", "exp": exp, "ok": error is None, "error": error,
                             "step": step, "action": trial.action, "params": trial.params if keep else trial.original})
 

@@ -353,10 +353,7 @@ class Probe:
             forward.after_step(step)
         backward.after_step(step)
         if step % SETTINGS_EVERY == 0:
-            settings = facts.settings()
-            if self.profile.active is not None:
-                settings["profiler_on"] = False  # fastmon's own capture, a few steps long, asked for
-            self.fact("settings", settings)
+            self.settings_fact()
             self.fact("trackers", facts.experiment_trackers())
             self._watch_collectives()
             if not forward.discovering:
@@ -385,6 +382,13 @@ class Probe:
 
     def message(self, message: dict) -> None:
         self.publisher.message(message)
+
+    def settings_fact(self) -> None:
+        """torch's global settings, as the rules read them (when they changed)."""
+        settings = facts.settings()
+        if self.profile.active is not None:
+            settings["profiler_on"] = False  # fastmon's own capture, a few steps long, asked for
+        self.fact("settings", settings)
 
     def fact(self, key: str, value) -> None:
         if self.sent_facts.get(key) != value:

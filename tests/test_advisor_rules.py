@@ -260,6 +260,7 @@ def test_torch_threads_beyond_the_cores_other_processes_leave_are_advised_fewer(
     inflated = {"data_wait": 60.0, "forward": 30.0, "backward": 30.0, "optimizer": 2.0}  # the planted loop, busy
     both = advise(Window.from_rows(rows(ms=inflated)), with_cores(facts(loader=LOADER, settings={"threads": 2}), 1.0))
     assert [a.id for a in both] == ["torch.num_threads", "dataloader.num_workers"]
+    assert both[1].est_gain is None and "(not estimated: torch's threads wait for cores" in both[1].evidence
     assert advice(others=0.1) is None  # a quiet machine (fastmon's own monitor is a few % of a core)
     assert advice(threads=1) is None  # one thread already
     assert advice(samples=1) is None  # one host sample is a moment

@@ -332,9 +332,13 @@ def test_torchs_thread_count_is_switched_on_the_training_thread_and_back(tmp_pat
         "probe.publisher.deliver([{'t': 'conclude', 'exp': 4, 'keep': False}])\n"
         "train(3, note)\n"
         "first = [a for a in acks if a['t'] == 'applied'][0]['interleave']['first']\n"
-        "print(first, ''.join(str(seen[s - 1]) for s in range(first + 1, first + 11)), torch.get_num_threads())\n")
-    _, threads, after = out.strip().splitlines()[-1].split(" ")
-    assert threads == "11111" "22222" and after == "2"
+        "print(first, ''.join(str(seen[s - 1]) for s in range(first + 1, first + 11)), torch.get_num_threads())\n"
+        "probe.publisher.deliver([{'t': 'apply', 'exp': 5, 'action': 'num_threads', 'params': {'value': 1}}])\n"
+        "train(2)\n"  # far from the settings' next poll (every 50 steps): the rules read it now
+        "print([a['value']['threads'] for a in acks if a['t'] == 'fact' and a['key'] == 'settings'][-1])\n")
+    *_, verdict_line, told = out.strip().splitlines()
+    _, threads, after = verdict_line.split(" ")
+    assert threads == "11111" "22222" and after == "2" and told == "1"
 
 
 @pytest.mark.e2e
