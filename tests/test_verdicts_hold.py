@@ -59,9 +59,16 @@ def held_rate(steps: dict, first: int, last: int, epoch: tuple[int, list[int]]) 
     return samples / (rest + len(span) / length * statistics.mean(steps[s][0] for s in starts))
 
 
+# A claim against the rate the run later held, on this VM: one CI run of mistakes.py held
+# anomaly detection off at 18.2k samples/s for 300 steps after its trial's 26.6k, and ran
+# at 23-27k later with the same settings: the machine, not the claim, moved by ~30%. The
+# bug this guards against claimed 1.9x what the run got.
+HELD = 0.35
+
+
 def assert_claims_hold(run, summary) -> None:
     """Each trial's rates as the record gives them (3%); each kept change's claim within
-    20% of what the run recorded from where it holds until the next change."""
+    HELD of what the run recorded from where it holds until the next change."""
     steps = recorded(run)
     epoch = epochs_of(run)
     applied = summary["applied"]
@@ -80,7 +87,7 @@ def assert_claims_hold(run, summary) -> None:
             span = [(a["holds_from"], until - 1)]
             if sum(steps[s][0] for s in range(a["holds_from"], until) if s in steps) >= 1.0:  # a second or more
                 then = held_rate(steps, a["holds_from"], until - 1, epoch)
-                assert a["after_samples_per_s"] == pytest.approx(then, rel=0.20), (a["id"], span)
+                assert a["after_samples_per_s"] == pytest.approx(then, rel=HELD), (a["id"], span)
 
 
 def run_patched(tmp_path, script: str, *args) -> subprocess.CompletedProcess:
