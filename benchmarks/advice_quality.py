@@ -149,7 +149,7 @@ def live_changes() -> None:
             interval = a.get("speedup_interval")
             settled = (f"{params_text(a['params'])}: {a['speedup']:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}], "
                        if a.get("speedup") else "")
-            gain = predicted.get(a["id"])
+            gain = a.get("predicted", predicted.get(a["id"]))
             name = mistake + (", one core busy" if busy else "") + (f", --allow {allow}" if allow else "")
             print(f"| {name} | {a['id']} | {f'{gain:.2f}x' if gain else '—'} | {measured} | "
                   f"{settled}{a.get('verdict')}, {'kept' if a['kept'] else 'reverted'} |")

@@ -171,5 +171,9 @@ def measured_text(result: dict) -> str:
                  if w.get("startup_s")]
     if start_ups:
         text += "; worker start-ups accounted: " + ", ".join(start_ups)
+    if result.get("predicted"):
+        text += f"; estimated {result['predicted']:.2f}x before it"
+        if len(result.get("tried") or ()) > 1:
+            text += " (for the first candidate)"
     return text
 

@@ -160,6 +160,7 @@ class Experiment:
     return_for: dict | None = None  # the settled candidate, applied again after the return
     drift: float = 0.0  # how far the original's rate moved between the baseline and the return
     loader_id: str | None = None  # the training loader a DataLoader change was made to
+    predicted: float | None = None  # the advice's estimate as the trial began (its first candidate's)
 
     @property
     def current(self) -> dict:
@@ -207,7 +208,7 @@ class Experiment:
                 "after_samples_per_s": round(after.rate, 2) if after and after.steps else None,
                 "speedup": round(change[0], 3) if change else None,
                 "speedup_interval": [round(change[1], 3), round(change[2], 3)] if change else None,
-                "pairs": self.pairs or None, "extensions": self.extensions,
+                "predicted": self.predicted, "pairs": self.pairs or None, "extensions": self.extensions,
                 "returned": self.returned.to_dict() if self.returned else None, "drift": round(self.drift, 4),
                 "verdict": self.verdict(), "kept": bool(self.kept), "state": self.state, "error": self.error,
                 "holds_from": self.holds_from if self.kept else None,
@@ -255,7 +256,8 @@ class ExperimentRunner:
         method = "epochs" if epoch else "interleaved" if action in INTERLEAVED else "sequential"
         exp = Experiment(self._next_exp, advice["id"], action, candidates, bool(apply.get("changes_maths")),
                          rows[-1].step + 1, method, original_workers=loader.num_workers, epoch=epoch,
-                         loader_id=loader.id if action in LOADER_ACTIONS else None)
+                         loader_id=loader.id if action in LOADER_ACTIONS else None,
+                         predicted=advice.get("est_gain"))
         steady = [r for r in rows if r.step >= self.settled_from]
         if method == "epochs":
             exp.restarts = loader.restarts(loader.num_workers)

@@ -51,6 +51,9 @@ ADVISE_EVERY = 1.0
 PROFILE_STEPS = 5  # steps in a torch.profiler capture unless asked otherwise
 SAMPLE_EVERY = 0.5
 MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representative
+# Host samples that tell the machine's load (1.5 s): the rules read at least these many, and
+# --apply auto waits for them, so that what another job's load costs is fixed first.
+LOAD_SAMPLES = 3
 # Under DDP a change is scheduled this far ahead of the furthest rank the monitor has heard
 # of: a rank's steps arrive once a publisher round, so it may be a round past what the
 # monitor knows; a command is read as it arrives, and taken at the next step's end.
@@ -539,10 +542,17 @@ class Session:
             else:
                 continue
             self.recorder.put("advice", (advice.id, time.time(), json.dumps(self._state.advice[advice.id])))
-        if self.options.apply == "auto" and not self.experiments.busy and not self._unlinked_nodes():
+        if (self.options.apply == "auto" and not self.experiments.busy and not self._unlinked_nodes()
+                and self._load_known()):
             for advice in found:
                 if self._auto_allowed(advice.to_dict()) and self._apply_command(advice.id) is None:
                     break
+
+    def _load_known(self) -> bool:
+        """Whether the host's samples tell the machine's load yet (or never will: a sample
+        that read no cores)."""
+        state = self._state
+        return len(state.cpu) >= LOAD_SAMPLES or (bool(state.host) and not state.cpu)
 
     def _steady_rows(self, rows: list) -> list:
         """``rows`` without rank 0's start-up steps (the first, the FLOP count's): what an
@@ -789,10 +799,13 @@ def exit_status(code: int) -> int:
 
 def cpu_during(readings, span: tuple[float, float] | None) -> dict | None:
     """Cores busy on average while ``span`` ran: the trainer's, its workers', other
-    processes' (the machine's less those two)."""
+    processes' (the machine's less those two). A span shorter than ``LOAD_SAMPLES`` readings
+    takes the latest ones: another job's load is the machine's, not these steps'."""
     if span is None:
         return None
     during = [r for r in readings if span[0] <= r[0] <= span[1]]
+    if len(during) < LOAD_SAMPLES:
+        during = list(readings)[-LOAD_SAMPLES:]
     if not during:
         return None
     n = len(during)

@@ -485,4 +485,5 @@ def _applied_out(a: dict) -> dict:
             "holds_from": a.get("holds_from"), "pairs": a.get("pairs"), "extensions": a.get("extensions"),
             "before_samples_per_s": a.get("before_samples_per_s"), "after_samples_per_s": a.get("after_samples_per_s"),
             "speedup": a.get("speedup"), "speedup_interval": a.get("speedup_interval"), "verdict": a.get("verdict"),
-            "kept": bool(a.get("kept")), "state": a.get("state"), "error": a.get("error")}
+            "predicted": a.get("predicted"), "kept": bool(a.get("kept")), "state": a.get("state"),
+            "error": a.get("error")}

@@ -12,6 +12,7 @@ from time import perf_counter_ns
 import torch
 
 from fastmon.probe import facts
+from fastmon.probe.anomaly_cost import AnomalyCostPart
 from fastmon.probe.autograd_hooks import BackwardPart
 from fastmon.probe.clock import StepClock
 from fastmon.probe.code_checks import CodeChecksPart
@@ -64,7 +65,8 @@ class Probe:
         self.backward_part = BackwardPart(self)
         self.optimizer_part = OptimizerPart(self)
         self.checks_part = CodeChecksPart(self)
-        self.parts = [self.forward_part, self.loader_part, self.backward_part, self.optimizer_part, self.checks_part]
+        self.parts = [self.forward_part, self.loader_part, self.backward_part, self.optimizer_part, self.checks_part,
+                      AnomalyCostPart(self)]
         import torch.distributed as dist
 
         self.dist_part = None

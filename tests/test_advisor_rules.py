@@ -435,3 +435,28 @@ def test_the_verdict_names_the_limit_its_evidence_and_one_next_step():
     assert verdict(("compute-bound", "busy"), {}, [habit], [{"kept": True}]).as_dict() == {
         "issue": "compute-bound", "why": "busy", "next": NOTHING}
     assert verdict(None, {}, [workers], []) is None  # a GPU run without NVML's utilization
+
+
+def test_anomaly_detection_is_estimated_from_the_stacks_the_probe_timed():
+    # 10 ms steps, backward 5 ms; the probe timed 3 ms of stacks a step (the planted MLP's
+    # were 34% of its step: a fixed 3x for forward+backward predicted 1.8x for 2.3x)
+    timed = facts(settings={"anomaly_detection": True}, anomaly_cost={"stack_ms_a_step": 3.0, "nodes_a_step": 9})
+    advice = fired(rows(), timed)["autograd.detect_anomaly"]
+    assert advice.est_gain == pytest.approx(1 / (1 - 0.3 * 1.15 - 0.5 * (1 - 1 / 2.6)), abs=0.01)
+    assert "stack of 9 autograd ops a step (3.00 ms, 30% of the step)" in advice.evidence
+    # a record from before the probe timed them: forward+backward 3x faster
+    untimed = fired(rows(), facts(settings={"anomaly_detection": True}))["autograd.detect_anomaly"]
+    assert untimed.est_gain == pytest.approx(amdahl(0.9, 3.0), abs=0.01)
+
+
+def test_a_neighbours_spread_of_compute_is_not_counted_as_the_workers_restart():
+    # 16 workers, a core spinning: steps of 2.5 ms whose compute every third step takes
+    # 10 ms more (the neighbour), one 0.25 s start-up at step 30 in 128-step epochs. The
+    # restart costs its start-up, not the window's whole spread beyond the median step.
+    noisy = rows(n=120, ms={"data_wait": 0.2, "forward": 1.0, "backward": 1.3},
+                 forward=lambda s: 0.011 if s % 3 == 0 else 0.001,
+                 wall=lambda s: 0.0125 if s % 3 == 0 else 0.0025)
+    loader = dict(LOADER, num_workers=16, epochs=3, len=128, startups=[[30, 0.25]])
+    advice = fired(noisy, facts(loader=loader))["dataloader.persistent_workers"]
+    startup_only = 0.2498 / (128 * 0.0025 + 0.2498)
+    assert advice.est_gain == pytest.approx(amdahl(startup_only), abs=0.02)

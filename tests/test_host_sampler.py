@@ -28,3 +28,15 @@ def test_a_process_that_exited_is_left_out_not_read_as_0_bytes():
         assert sampler.sample()["processes"] == []
     finally:
         child.wait()
+
+
+def test_another_jobs_load_is_read_from_the_latest_samples_when_the_steps_span_too_few():
+    # Steps of 1 ms: a window of 200 steps spans 0.2 s, less than a sample's 0.5 s. The
+    # torch.num_threads rule needs 3 samples: with the window's own, a busy neighbour went
+    # unseen until after an anomaly trial had run on threads waiting for a core.
+    from fastmon.session import LOAD_SAMPLES, cpu_during
+
+    readings = [(t, 1.0, 0.0, 2.0) for t in (0.0, 0.5, 1.0, 1.5)]  # trainer 1 core, machine 2
+    seen = cpu_during(readings, (1.6, 1.8))
+    assert seen == {"trainer": 1.0, "workers": 0.0, "others": 1.0, "samples": LOAD_SAMPLES}
+    assert cpu_during(readings, (0.0, 1.5))["samples"] == 4  # a span that holds enough keeps its own

@@ -41,10 +41,13 @@ def restart_stall(window, facts) -> tuple[float, float] | None:
         return None
     fraction = startup / (loader["len"] * window.step_median + startup)
     # Fresh workers also run their first batches cold (new processes: page faults, first
-    # calls): where the window holds epoch starts, all it took beyond its median steps is
-    # what the restarts cost, when that is more.
+    # calls): where the window holds epoch starts, the training's wait for data beyond its
+    # median step's is what the restarts cost, when that is more. The wait alone: on a
+    # shared machine the other phases' spread is the neighbour's (16 workers, a core
+    # spinning: all of the window's excess made 2.12x of a measured 1.63x).
     if window.wall > 0 and any(window.first_step <= s[0] <= window.last_step for s in found):
-        fraction = max(fraction, 1 - window.steps * window.step_median / window.wall)
+        waited = window.phase_totals.get("data_wait", 0.0) - window.steps * window.phase_median.get("data_wait", 0.0)
+        fraction = max(fraction, waited / window.wall)
     return (startup, fraction) if fraction >= MIN_EPOCH_FRACTION else None
 
 
