@@ -25,16 +25,18 @@ def training_rss(sample: dict) -> int | None:
     return sum(p.get("rss") or 0 for p in processes) if processes else None
 
 
-def cpu_use(sample: dict) -> tuple[float, float, float] | None:
-    """Cores busy in a host sample: the trainer's, its DataLoader workers', and the whole
-    machine's (fastmon's own and other jobs' included)."""
+def cpu_use(sample: dict) -> tuple[float, float, float, float] | None:
+    """Cores busy in a host sample: the trainer's, its DataLoader workers', the training's
+    other children's (workers still starting, compile workers), and the whole machine's
+    (fastmon's own and other jobs' included)."""
     per_core = sample.get("cpu_per_core")
     if not per_core:
         return None
     processes = sample.get("processes") or ()
     trainer = sum(p.get("cpu") or 0 for p in processes if p.get("role") == "trainer") / 100
     workers = sum(p.get("cpu") or 0 for p in processes if p.get("role") == "worker") / 100
-    return trainer, workers, sum(per_core) / 100
+    children = sum(p.get("cpu") or 0 for p in processes if p.get("role") not in ("trainer", "worker")) / 100
+    return trainer, workers, children, sum(per_core) / 100
 
 
 def without(rows, step_ranges) -> list[StepRow]:

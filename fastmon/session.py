@@ -799,7 +799,7 @@ def exit_status(code: int) -> int:
 
 def cpu_during(readings, span: tuple[float, float] | None) -> dict | None:
     """Cores busy on average while ``span`` ran: the trainer's, its workers', other
-    processes' (the machine's less those two). A span shorter than ``LOAD_SAMPLES`` readings
+    processes' (the machine's less the training's own). A span shorter than ``LOAD_SAMPLES`` readings
     takes the latest ones: another job's load is the machine's, not these steps'."""
     if span is None:
         return None
@@ -809,9 +809,9 @@ def cpu_during(readings, span: tuple[float, float] | None) -> dict | None:
     if not during:
         return None
     n = len(during)
-    trainer, workers, machine = (sum(r[i] for r in during) / n for i in (1, 2, 3))
+    trainer, workers, children, machine = (sum(r[i] for r in during) / n for i in (1, 2, 3, 4))
     return {"trainer": round(trainer, 3), "workers": round(workers, 3),
-            "others": round(max(0.0, machine - trainer - workers), 3), "samples": n}
+            "others": round(max(0.0, machine - trainer - workers - children), 3), "samples": n}
 
 
 def loader_figures(loader: dict, rows: list) -> LoaderFigures:

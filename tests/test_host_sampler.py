@@ -36,7 +36,21 @@ def test_another_jobs_load_is_read_from_the_latest_samples_when_the_steps_span_t
     # unseen until after an anomaly trial had run on threads waiting for a core.
     from fastmon.session import LOAD_SAMPLES, cpu_during
 
-    readings = [(t, 1.0, 0.0, 2.0) for t in (0.0, 0.5, 1.0, 1.5)]  # trainer 1 core, machine 2
+    readings = [(t, 1.0, 0.0, 0.0, 2.0) for t in (0.0, 0.5, 1.0, 1.5)]  # trainer 1 core, machine 2
     seen = cpu_during(readings, (1.6, 1.8))
     assert seen == {"trainer": 1.0, "workers": 0.0, "others": 1.0, "samples": LOAD_SAMPLES}
     assert cpu_during(readings, (0.0, 1.5))["samples"] == 4  # a span that holds enough keeps its own
+
+
+def test_the_trainings_own_starting_workers_are_not_another_job():
+    # Spawned workers restarting each epoch import torch for seconds before the sampler
+    # knows them as workers: counted as another job, they made torch.num_threads fire on
+    # a quiet machine (planted.py --mistake spawned).
+    from fastmon.live_state import cpu_use
+    from fastmon.session import cpu_during
+
+    sample = {"cpu_per_core": [100.0, 100.0],
+              "processes": [{"role": "trainer", "cpu": 20.0}, {"role": "starting", "cpu": 90.0},
+                            {"role": "other", "cpu": 85.0}]}
+    readings = [(t, *cpu_use(sample)) for t in (0.0, 0.5, 1.0)]
+    assert cpu_during(readings, (0.0, 1.0))["others"] == pytest.approx(0.05)

@@ -39,7 +39,11 @@ def restart_stall(window, facts) -> tuple[float, float] | None:
     startup = found[-1][1]
     if startup < MIN_STARTUP_S:
         return None
-    fraction = startup / (loader["len"] * window.step_median + startup)
+    # an epoch's steps at their mean, the start-ups in the window left out: on a shared
+    # machine the mean step is well above the median one, and the epoch takes the mean
+    inside = sum(seconds for step, seconds in found if window.first_step <= step <= window.last_step)
+    step = max(window.step_median, (window.wall - inside) / window.steps)
+    fraction = startup / (loader["len"] * step + startup)
     # Fresh workers also run their first batches cold (new processes: page faults, first
     # calls): where the window holds epoch starts, the training's wait for data beyond its
     # median step's is what the restarts cost, when that is more. The wait alone: on a
