@@ -496,13 +496,14 @@ class Session:
             self._state.gpu.append((now, "gpu", gpus))  # as the record keeps it
 
     # --- advisor and experiments (on the owner's thread) -------------------------------
-    def _facts(self, rows: list) -> Facts:
-        """What the rules read about the run; the GPU samples are those of ``rows``' time."""
+    def _facts(self, rows: list, since: float) -> Facts:
+        """What the rules read about the run; the GPU and host samples are those of ``rows``'
+        time (the host's reach back to ``since``, the first step advised on)."""
         state = self._state
         return Facts(values=dict(state.facts, script=" ".join(self.options.target),
                                  script_argv=script_args(self.options.target)), events=list(state.events),
                      gpu=samples_during(state.gpu, rows_span(rows)), host_cpu_count=os.cpu_count() or 1,
-                     host_cpu=cpu_during(state.cpu, rows_span(rows)),
+                     host_cpu=cpu_during(state.cpu, rows_span(rows), since),
                      ranks=max(len(state.ranks), 1))
 
     def _log_loop(self) -> None:
@@ -530,7 +531,8 @@ class Session:
             return
         shown = recent(usable, ADVISOR_WINDOW)
         window = Window.from_rows(shown)
-        found = advise(window, self._facts(shown))
+        since = rows_span(usable)[0]
+        found = advise(window, self._facts(shown, since))
         for advice in found:
             entry = self._state.advice.get(advice.id)
             data = advice.to_dict()
@@ -543,16 +545,17 @@ class Session:
                 continue
             self.recorder.put("advice", (advice.id, time.time(), json.dumps(self._state.advice[advice.id])))
         if (self.options.apply == "auto" and not self.experiments.busy and not self._unlinked_nodes()
-                and self._load_known()):
+                and self._load_known(since)):
             for advice in found:
                 if self._auto_allowed(advice.to_dict()) and self._apply_command(advice.id) is None:
                     break
 
-    def _load_known(self) -> bool:
-        """Whether the host's samples tell the machine's load yet (or never will: a sample
-        that read no cores)."""
+    def _load_known(self, since: float) -> bool:
+        """Whether the host's samples since ``since`` tell the machine's load yet (or never
+        will: a sample that read no cores)."""
         state = self._state
-        return len(state.cpu) >= LOAD_SAMPLES or (bool(state.host) and not state.cpu)
+        return (sum(1 for r in state.cpu if r[0] >= since) >= LOAD_SAMPLES
+                or (bool(state.host) and not state.cpu))
 
     def _steady_rows(self, rows: list) -> list:
         """``rows`` without rank 0's start-up steps (the first, the FLOP count's): what an
@@ -797,15 +800,16 @@ def exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def cpu_during(readings, span: tuple[float, float] | None) -> dict | None:
+def cpu_during(readings, span: tuple[float, float] | None, since: float | None = None) -> dict | None:
     """Cores busy on average while ``span`` ran: the trainer's, its workers', other
-    processes' (the machine's less the training's own). A span shorter than ``LOAD_SAMPLES`` readings
-    takes the latest ones: another job's load is the machine's, not these steps'."""
+    processes' (the machine's less the training's own). A span shorter than ``LOAD_SAMPLES``
+    readings takes the latest ones from ``since`` on: another job's load is the machine's,
+    not these steps'; the imports and compiles before ``since`` are the run's own churn."""
     if span is None:
         return None
     during = [r for r in readings if span[0] <= r[0] <= span[1]]
-    if len(during) < LOAD_SAMPLES:
-        during = list(readings)[-LOAD_SAMPLES:]
+    if len(during) < LOAD_SAMPLES and since is not None:
+        during = [r for r in readings if r[0] >= since][-LOAD_SAMPLES:]
     if not during:
         return None
     n = len(during)

@@ -265,6 +265,9 @@ def test_torch_threads_beyond_the_cores_other_processes_leave_are_advised_fewer(
     assert advice(threads=1) is None  # one thread already
     assert advice(samples=1) is None  # one host sample is a moment
     assert advice(ms={"data_wait": 60.0, "forward": 3.0, "backward": 3.0, "optimizer": 1.0}) is None  # little compute
+    # the loader's spawned workers starting again in the window: their load is the run's own
+    spawned = with_cores(facts(loader=dict(LOADER, num_workers=2, startups=[[20, 1.6]]), settings={"threads": 2}), 1.0)
+    assert "torch.num_threads" not in fired(rows(), spawned)
 
 
 def test_evaluation_inside_training_steps_is_not_the_loaders_wait():

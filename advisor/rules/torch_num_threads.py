@@ -38,10 +38,19 @@ def threads_left(facts) -> int | None:
     return left if left < threads else None
 
 
+def workers_starting(window, facts) -> bool:
+    """Whether the training loader's workers started again inside the window: a new
+    process's first CPU reading is 0 and the sampler finds children every 2 s, so their
+    start-up reads as other processes' load (spawned workers, each epoch: a quiet machine
+    read as busy)."""
+    loader = facts.training_loader()
+    return bool(loader) and any(window.first_step <= s[0] <= window.last_step for s in loader.get("startups") or ())
+
+
 def check(window, facts):
     left = threads_left(facts)
     compute = window.share("forward") + window.share("backward") + window.share("optimizer")
-    if left is None or compute < MIN_COMPUTE_SHARE:
+    if left is None or compute < MIN_COMPUTE_SHARE or workers_starting(window, facts):
         return None
     threads, others = facts.settings["threads"], facts.host_cpu["others"]
     return Advice(
