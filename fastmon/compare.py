@@ -206,8 +206,22 @@ def explained_by(a: dict, b: dict, moved_phases: list[dict]) -> dict | None:
         moved = b["phase_ms"][phase] - a["phase_ms"][phase]
         if moved * change <= 0:
             return None
-    return {"phase": phase, "ms_per_step": round(moved, 4), "share_of_change": round(moved / change, 3),
-            "a_share": a["phases"][phase], "b_share": b["phases"][phase], "beyond_noise": bool(beyond)}
+    return explanation(a, b, phase, moved, round(moved / change, 3), bool(beyond))
+
+
+def explanation(a: dict, b: dict, phase: str, moved: float, share_of_change: float | None, beyond: bool) -> dict:
+    return {"phase": phase, "ms_per_step": round(moved, 4), "share_of_change": share_of_change,
+            "a_share": a["phases"][phase], "b_share": b["phases"][phase], "beyond_noise": beyond}
+
+
+def what_explains(a: dict, b: dict, moved: list[dict], verdict: str) -> dict | None:
+    """The step's change explained; where the whole step cannot tell, the phase that grew
+    furthest beyond its noise (on a busy machine B's mean step can come out shorter with
+    its data wait 5x longer: "backward", which shrank within its noise, was named)."""
+    if verdict != NO_CHANGE:
+        return explained_by(a, b, moved)
+    grew = [c for c in moved if c["ms_per_step"] > 0]
+    return explanation(a, b, grew[0]["phase"], grew[0]["ms_per_step"], None, True) if grew else None
 
 
 def compare(run_a, run_b) -> dict:
@@ -220,10 +234,9 @@ def compare(run_a, run_b) -> dict:
     shared = sorted(set(speeds_a) & set(speeds_b)) if len(speeds_a) > 1 else []
     ranks = [{"rank": r, **judged(speeds_a[r], speeds_b[r], noise["floor"])} for r in shared]
     moved = phase_changes(a, b, noise["floor"])
-    grew = [c for c in moved if c["ms_per_step"] > 0]
     return {"a": a, "b": b, **primary,
             "step_time_ratio": round(1 / primary["speedup"], 4) if primary["speedup"] else None,
-            "explained_by": explained_by(a, b, moved) if primary["verdict"] != NO_CHANGE or grew else None,
+            "explained_by": what_explains(a, b, moved, primary["verdict"]),
             "phases_moved": moved,
             "workload_differs": differences(a["workload"], b["workload"], WORKLOAD),
             "environment_differs": differences(a["environment"], b["environment"], ENVIRONMENT),

@@ -193,3 +193,19 @@ def test_a_phase_that_grew_beyond_its_noise_fails_the_guard_when_the_whole_step_
     drifting["ranks"][0]["phase_noise"]["forward"] = {"ms": 5.6, "error_ms": 0.5}
     assert phase_changes(a, drifting) == []
 
+
+
+def test_a_phase_that_grew_is_named_where_the_whole_step_came_out_shorter():
+    # benchmarks/compare_busy.py, a core spinning: loading 5x slower (data_wait +12.8 ms
+    # beyond its noise) while B's mean step came out 2 ms shorter; "backward" was named
+    from fastmon.compare import what_explains
+
+    def side(step, data_wait, backward):
+        phase_ms = {"data_wait": data_wait, "forward": 10.0, "backward": backward, "optimizer": 2.0}
+        return {"step_ms_mean": step, "phase_ms": phase_ms, "phases": {p: v / step for p, v in phase_ms.items()}}
+
+    a, b = side(40.0, 3.0, 25.0), side(38.0, 15.8, 10.2)
+    moved = [{"phase": "data_wait", "ms_per_step": 12.8}]
+    why = what_explains(a, b, moved, "no measurable change")
+    assert why["phase"] == "data_wait" and why["ms_per_step"] == 12.8 and why["beyond_noise"]
+    assert what_explains(a, b, [], "no measurable change") is None
