@@ -25,11 +25,14 @@ def advise(window: Window, facts: Facts, disabled: frozenset = frozenset()) -> l
         if advice is not None:
             found.append(advice)
     first = [a for a in found if getattr(BY_ID[a.id], "FIRST", False)]
+    # ordered by the estimates before any is withheld: a low one is still a ranking (the
+    # busy mistakes.py tried set_to_none before anomaly detection, for the whole run)
+    found = sorted(found, key=lambda a: (a not in first, -(a.est_gain or 1.0)))
     if first:
         why = BY_ID[first[0].id].WHY_NOT_ESTIMATED
         found = [a if a in first or a.est_gain is None else
                  dataclasses.replace(a, est_gain=None, evidence=f"{a.evidence} (not estimated: {why})") for a in found]
-    return sorted(found, key=lambda a: (a not in first, -(a.est_gain or 1.0)))
+    return found
 
 
 @functools.cache

@@ -183,6 +183,10 @@ class Experiment:
         fastest = max((w for _, w in merged), key=lambda w: w.rate)
         return next((p, w) for p, w in merged if not worth_more(fastest, w))
 
+    def measured(self, params: dict) -> Measured:
+        """All the windows measured of ``params``, pooled."""
+        return pooled([w for p, w in self.trials if p == params])
+
     def verdict(self) -> str:
         if self.not_judged:
             return NOT_JUDGED
@@ -475,6 +479,11 @@ class ExperimentRunner:
         if after is None:
             self._revert(exp, FAILED)
             return
+        if params != exp.running and exp.final_window is not None:
+            # measured again once already: two candidates within WORTH_MORE of each other
+            # swap places window by window on a shared machine (8 and 16 workers, back and
+            # forth until the run ended); the one running stays
+            params, after = exp.running, exp.measured(exp.running)
         exp.after = after
         before = exp.baseline
         if exp.returned is not None and exp.returned.steps and exp.baseline.rate:

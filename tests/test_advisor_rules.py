@@ -261,6 +261,11 @@ def test_torch_threads_beyond_the_cores_other_processes_leave_are_advised_fewer(
     both = advise(Window.from_rows(rows(ms=inflated)), with_cores(facts(loader=LOADER, settings={"threads": 2}), 1.0))
     assert [a.id for a in both] == ["torch.num_threads", "dataloader.num_workers"]
     assert both[1].est_gain is None and "(not estimated: torch's threads wait for cores" in both[1].evidence
+    # withheld, they keep the order their estimates give: anomaly detection before set_to_none
+    habits = with_cores(facts(settings={"threads": 2, "anomaly_detection": True},
+                              events=[{"kind": "zero_grad_set_to_none_false", "location": "train.py:12"}]), 1.0)
+    ranked = [a.id for a in advise(Window.from_rows(rows(ms=inflated)), habits)]
+    assert ranked.index("autograd.detect_anomaly") < ranked.index("zero_grad.set_to_none")
     assert advice(others=0.1) is None  # a quiet machine (fastmon's own monitor is a few % of a core)
     assert advice(threads=1) is None  # one thread already
     assert advice(samples=1) is None  # one host sample is a moment

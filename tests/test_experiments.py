@@ -482,3 +482,14 @@ def test_a_modest_change_is_checked_against_the_machines_drift():
     steady = ExperimentRunner(Probe(), None)
     steady.start(advice(), step_rows(0, 30, 100.0))
     assert drive(steady, steady.send, [130.0, 130.0], back=100.0)["verdict"] == "faster"  # no drift: +30% stands
+
+
+def test_a_search_whose_last_two_candidates_swap_places_settles_on_the_one_running(no_return):
+    # the busy demo: 8 and 16 workers within WORTH_MORE, each re-measure flipping their
+    # order; 8, 16, 8, 16 ... were applied until the run ended, nothing concluded
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    runner.start(advice(search=({"n": 2}, {"n": 4}, {"n": 8})), step_rows(0, 30, 100.0))
+    result = drive(runner, probe, [200.0, 300.0, 320.0] + [250.0, 280.0] * 20)
+    assert result["kept"] and result["params"] == {"n": 4}
+    assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 8}, {"n": 4}]
