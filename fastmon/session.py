@@ -800,7 +800,7 @@ def exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def cpu_during(readings, span: tuple[float, float] | None, since: float | None = None) -> dict | None:
+def cpu_during(readings, span: tuple[float, float] | None, since: float) -> dict | None:
     """Cores busy on average while ``span`` ran: the trainer's, its workers', other
     processes' (the machine's less the training's own). A span shorter than ``LOAD_SAMPLES``
     readings takes the latest ones from ``since`` on: another job's load is the machine's,
@@ -808,7 +808,7 @@ def cpu_during(readings, span: tuple[float, float] | None, since: float | None =
     if span is None:
         return None
     during = [r for r in readings if span[0] <= r[0] <= span[1]]
-    if len(during) < LOAD_SAMPLES and since is not None:
+    if len(during) < LOAD_SAMPLES:
         during = [r for r in readings if r[0] >= since][-LOAD_SAMPLES:]
     if not during:
         return None
