@@ -17,7 +17,8 @@ Checks (group 1):
                       where every step is timed at first, stated
   h2d_pinned          pageable vs pinned copies told apart; pin_memory advice only for pageable
   item_sync           a per-step loss.item() found as a sync stall, with its line
-  nvml                NVML utilization and memory read during a run
+  nvml                NVML utilization and memory read during a run; on Hopper and later,
+                      the SMs' activity from GPM (SM active, occupancy, tensor pipes)
   oom_revert          a batch increase that would run out of memory is refused (tried
                       between steps) and training goes on unchanged
   profile_capture     `--profile-at`: a torch.profiler capture of CUDA steps holds the
@@ -259,7 +260,14 @@ def check_nvml(cwd: Path) -> str:
     device = gpu["devices"][0]
     assert device["util_mean"] and device["util_mean"] > 10, device
     assert device["mem_used_peak"], device
-    return f"{device['name']}: util {device['util_mean']}% mean, memory peak {device['mem_used_peak'] / 2**30:.1f} GiB"
+    hopper = any(chip in device["name"] for chip in ("H100", "H200", "H800", "GH200", "B200", "B100"))
+    if hopper:  # GPM: the SMs' activity, where util says only that a kernel ran
+        assert device["gpm"] and device["sm_active_mean"] and device["sm_active_mean"] > 1, device
+    sm = (f", SM active {device['sm_active_mean']}% (occupancy {device['sm_occupancy_mean']}%, tensor pipes "
+          f"{device['tensor_active_mean']}%)" if device.get("sm_active_mean") is not None
+          else f", SM active n/a (GPM: {device.get('gpm')})")
+    return (f"{device['name']}: util {device['util_mean']}% mean{sm}, "
+            f"memory peak {device['mem_used_peak'] / 2**30:.1f} GiB")
 
 
 def check_starved_fixed(cwd: Path) -> str:

@@ -130,9 +130,21 @@ def gpu_run_line(d: dict) -> str:
     peak, total, power = d["mem_used_peak"], d["mem_total"], d["power_w_mean"]
     busy = (f"busy {d['util_in_steps']:.0f}% of the steps' time" if d.get("util_in_steps") is not None
             else f"util {known(d['util_mean'], '% mean over the run')}")
-    return (f"GPU {d['index']} {d['name']}: {busy}, "
+    return (f"GPU {d['index']} {d['name']}: {busy}{sm_activity(d)}, "
             f"memory peak {'n/a' if peak is None else mib(peak)} of {'n/a' if total is None else mib(total)}, "
             f"power {known(power, ' W mean')}")
+
+
+def sm_activity(d: dict) -> str:
+    """What the SMs did over the run, where NVML's GPM reads it: ", SM active 41% mean
+    (occupancy 22%, tensor pipes 30%)"; said n/a on a GPU without GPM; nothing for a record
+    from before fastmon asked."""
+    if d.get("gpm") is False:
+        return ", SM active n/a (this GPU has no GPM)"
+    if d.get("sm_active_mean") is None:
+        return ""
+    return (f", SM active {d['sm_active_mean']:.0f}% mean (occupancy {known(d.get('sm_occupancy_mean'), '%', '.0f')}, "
+            f"tensor pipes {known(d.get('tensor_active_mean'), '%', '.0f')})")
 
 
 def si(value: float, unit: str) -> str:

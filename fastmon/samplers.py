@@ -98,20 +98,30 @@ class HostSampler:
         }
 
 
+# What the SMs do, from NVML's GPU performance monitoring (GPM: Hopper and later, no DCGM
+# needed): "util" says only that some kernel ran in each period, GPM how much of the chip
+# it kept busy. Percent, over the period between two samples.
+GPM_METRICS = (("sm_active", "NVML_GPM_METRIC_SM_UTIL"), ("sm_occupancy", "NVML_GPM_METRIC_SM_OCCUPANCY"),
+               ("tensor_active", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"))
+
+
 class GpuSampler:
-    def __init__(self) -> None:
+    def __init__(self, nvml=None) -> None:
+        """``nvml``: the pynvml module (a stand-in in tests); imported here by default."""
         self.available = False
         self.note = ""
         self.driver: str | None = None
         self.handles = []
+        self.gpm: list[list | None] = []  # per device: [older sample, newer sample, primed], None without GPM
         try:
-            import pynvml
-
-            self._nvml = pynvml
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-            self.driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            if nvml is None:
+                import pynvml as nvml
+            self._nvml = nvml
+            nvml.nvmlInit()
+            count = nvml.nvmlDeviceGetCount()
+            self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self.driver = _text(nvml.nvmlSystemGetDriverVersion())
+            self.gpm = [self._gpm_samples(h) for h in self.handles]
             self.available = count > 0
             self.note = "" if count else "NVML found no GPU on this machine"
         except ImportError:
@@ -140,6 +150,12 @@ class GpuSampler:
                     entry[key] = read(handle)
                 except Exception:
                     entry[key] = None
+            entry["gpm"] = self.gpm[index] is not None
+            if entry["gpm"]:
+                try:
+                    entry.update(self._gpm_read(handle, self.gpm[index]))
+                except Exception:
+                    pass  # one period's reading lost; the next pair of samples reads again
             try:
                 procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
                 entry["process_mem"] = sum(p.usedGpuMemory or 0 for p in procs if p.pid in pids)
@@ -148,6 +164,35 @@ class GpuSampler:
                 entry["process_mem"] = None
             out.append(entry)
         return out
+
+
+    def _gpm_samples(self, handle) -> list | None:
+        """Two GPM sample buffers for a device that has GPM, else None."""
+        nvml = self._nvml
+        try:
+            if not nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+                return None
+            return [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc(), False]
+        except Exception:  # an NVML older than GPM, or a GPU without it
+            return None
+
+    def _gpm_read(self, handle, pair: list) -> dict:
+        """The GPM metrics over the period since the last sample (none at the first)."""
+        nvml = self._nvml
+        older, newer, primed = pair
+        nvml.nvmlGpmSampleGet(handle, newer)
+        pair[:] = [newer, older, True]
+        if not primed:
+            return {}
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1, request.sample2 = older, newer
+        for i, (_, metric) in enumerate(GPM_METRICS):
+            request.metrics[i].metricId = getattr(nvml, metric)
+        nvml.nvmlGpmMetricsGet(request)
+        return {key: round(request.metrics[i].value, 1) for i, (key, _) in enumerate(GPM_METRICS)
+                if request.metrics[i].nvmlReturn == nvml.NVML_SUCCESS}
 
 
 def _pss(proc: psutil.Process) -> int | None:

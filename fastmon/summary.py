@@ -439,21 +439,26 @@ def flops_figures(count: dict | None, samples_at_count: int, steps_per_s: float,
     return out
 
 
+MEANS = ("util", "power_w", "sm_active", "sm_occupancy", "tensor_active")
+
+
 def gpu_figures(samples: list[list[dict]]) -> list[dict]:
-    """Each GPU over the run from NVML's samples: mean utilization and power, peak memory
-    (None where NVML gave nothing)."""
+    """Each GPU over the run from NVML's samples: mean utilization, power and (where the
+    GPU has GPM) SM activity, peak memory (None where NVML gave nothing); ``gpm``: whether
+    it has GPM (None: a record from before fastmon asked)."""
     devices: dict[int, dict] = {}
     for sample in samples:
         for d in sample:
-            entry = devices.setdefault(d["index"], {"index": d["index"], "name": d.get("name"), "util": [],
-                                                    "mem_used": [], "power_w": [], "mem_total": d.get("mem_total")})
-            for key in ("util", "mem_used", "power_w"):
+            entry = devices.setdefault(d["index"], {"index": d["index"], "name": d.get("name"), "mem_used": [],
+                                                    "mem_total": d.get("mem_total"), "gpm": d.get("gpm"),
+                                                    **{key: [] for key in MEANS}})
+            for key in ("mem_used", *MEANS):
                 if d.get(key) is not None:
                     entry[key].append(d[key])
     return [{"index": entry["index"], "name": entry["name"],
-             "util_mean": round(sum(entry["util"]) / len(entry["util"]), 1) if entry["util"] else None,
+             **{f"{key}_mean": round(sum(entry[key]) / len(entry[key]), 1) if entry[key] else None for key in MEANS},
              "mem_used_peak": max(entry["mem_used"], default=None), "mem_total": entry["mem_total"],
-             "power_w_mean": round(sum(entry["power_w"]) / len(entry["power_w"]), 1) if entry["power_w"] else None}
+             "gpm": entry["gpm"]}
             for entry in devices.values()]
 
 

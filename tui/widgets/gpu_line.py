@@ -15,6 +15,8 @@ def gpu_line(d: dict) -> Text:
     memory = f"{used / 2**30:.1f}/{total / 2**30:.0f} GiB" if used is not None and total else "n/a"
     text = Text(f"GPU{d['index']} ", style="bold")
     text.append(f"util {known(d.get('util'), '%')}", style="bold green")
+    if d.get("sm_active") is not None:
+        text.append(f" · SM active {d['sm_active']:.0f}%", style="bold green")
     text.append(f" · mem {memory} · {known(d.get('power_w'), ' W', '.0f')} · {known(d.get('temp_c'), '°C')}")
     return text
 

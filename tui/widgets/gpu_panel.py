@@ -75,6 +75,7 @@ class GpuPanel(Panel, Vertical):
             lines.append(gpu_line(d))
         for d in snap.gpu if len(snap.gpu) <= PLOT_MAX_GPUS else ():  # nvitop's two rows: the device, its load
             lines.append(fitted([(0, Text(f"GPU{d['index']} {d.get('name') or ''}", style="bold")),
+                                 *sm_item(d),
                                  (3, Text(known(d.get("temp_c"), "°C"))),
                                  (2, Text(known(d.get("power_w"), " W", ".0f"))),
                                  (4, Text(f"SM {known(d.get('sm_clock'), ' MHz')}")),
@@ -126,3 +127,13 @@ class GpuPanel(Panel, Vertical):
 
 
 PANEL = GpuPanel
+
+
+def sm_item(d: dict) -> list[tuple[int, Text]]:
+    """The device line's SM activity (NVML GPM: how much of the chip the kernels keep
+    busy, where util says only that one ran): said n/a on a GPU without GPM."""
+    if d.get("gpm") is False:
+        return [(4, Text("SM active n/a (no GPM)", style="dim"))]
+    if d.get("sm_active") is None:
+        return []
+    return [(1, Text(f"SM active {d['sm_active']:.0f}%", style="bold green"))]
