@@ -165,7 +165,6 @@ class GpuSampler:
             out.append(entry)
         return out
 
-
     def _gpm_samples(self, handle) -> list | None:
         """Two GPM sample buffers for a device that has GPM, else None."""
         nvml = self._nvml
