@@ -1,14 +1,21 @@
 """Which limit a window of steps presses on: data, communication, the host's launching of
-device work, or the compute itself. One verdict from what fastmon measures already: the
-phases' shares of the step, and on a GPU how busy NVML saw it while the steps ran."""
+device work, kernels too small to fill the GPU, or the compute itself. One verdict from what
+fastmon measures already: the phases' shares of the step, and on a GPU how busy NVML saw it
+while the steps ran (and, where the GPU has GPM, how many of its SMs were)."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 DATA_BOUND_SHARE = 0.3  # of the step waiting for the next batch
 COMM_BOUND_SHARE = 0.3  # of the step in collectives
 LAUNCH_BOUND_BUSY = 60.0  # % of the steps' time the GPU is busy, below which it waits for the host
+# % SM active below which a busy GPU's kernels leave most SMs idle: DCGM's profiling-metrics
+# guide reads under 0.5 as "likely ineffective GPU usage" (0.8 needed, not sufficient)
+UNDERFILLED_SM_ACTIVE = 50.0
 
-DATA, COMMUNICATION, LAUNCH, COMPUTE = "data-bound", "communication-bound", "launch-bound", "compute-bound"
+DATA, COMMUNICATION, LAUNCH, UNDERFILLED, COMPUTE = ("data-bound", "communication-bound", "launch-bound",
+                                                     "under-filled", "compute-bound")
 # what a launch-bound step can try, most likely first; "compile" only where the model is not compiled yet
 LAUNCH_REMEDIES = {
     "compile": "torch.compile (fewer, fused kernels)",
@@ -18,7 +25,21 @@ LAUNCH_REMEDIES = {
 }
 
 
-def bound(shares: dict, gpu_busy: float | None, on_gpu: bool, typical_data: float | None = None
+# what an under-filled step can try: more work in each kernel
+UNDERFILLED_REMEDIES = {
+    "batch": "a larger batch (more work per kernel: more of the SMs busy)",
+    "compile": "torch.compile (fused kernels: fewer, larger ones)",
+}
+
+
+class GpuBusy(NamedTuple):
+    """How busy the GPU was while the steps ran, in %: ``util``, NVML's time a kernel ran;
+    ``sm_active``, GPM's share of the SMs with work (None where the GPU has no GPM)."""
+    util: float
+    sm_active: float | None = None
+
+
+def bound(shares: dict, gpu: GpuBusy | None, on_gpu: bool, typical_data: float | None = None
           ) -> tuple[str, str] | None:
     """(verdict, the evidence in words), or None where the evidence is missing (a GPU run
     without NVML's utilization). ``typical_data``: the median step's data wait over the
@@ -30,13 +51,17 @@ def bound(shares: dict, gpu_busy: float | None, on_gpu: bool, typical_data: floa
         return COMMUNICATION, f"{comm:.0%} of the step is in collectives"
     if not on_gpu:
         return COMPUTE, "the CPU computes the model: no wait for data or other ranks dominates"
-    if gpu_busy is None:
+    if gpu is None:
         return None
-    if gpu_busy < LAUNCH_BOUND_BUSY:
-        return LAUNCH, (f"the GPU is busy {gpu_busy:.0f}% of the steps' time and the host is not waiting for data: "
-                        f"the GPU waits for the CPU to issue its kernels; a step could take as little as "
-                        f"{gpu_busy / 100:.0%} of its time (up to {100 / max(gpu_busy, 1):.1f}x) if launching were free")
-    return COMPUTE, f"the GPU is busy {gpu_busy:.0f}% of the steps' time"
+    sms = f", its SMs active {gpu.sm_active:.0f}%" if gpu.sm_active is not None else ""
+    if gpu.util < LAUNCH_BOUND_BUSY:
+        return LAUNCH, (f"the GPU is busy {gpu.util:.0f}% of the steps' time{sms} and the host is not waiting for "
+                        f"data: the GPU waits for the CPU to issue its kernels; a step could take as little as "
+                        f"{gpu.util / 100:.0%} of its time (up to {100 / max(gpu.util, 1):.1f}x) if launching were free")
+    if gpu.sm_active is not None and gpu.sm_active < UNDERFILLED_SM_ACTIVE:
+        return UNDERFILLED, (f"a kernel runs {gpu.util:.0f}% of the steps' time but the SMs are active "
+                             f"{gpu.sm_active:.0f}%: the kernels are too small to fill the GPU")
+    return COMPUTE, f"the GPU is busy {gpu.util:.0f}% of the steps' time{sms}"
 
 
 def kernel_share(window, facts) -> tuple[float, str]:
@@ -54,5 +79,7 @@ def kernel_share(window, facts) -> tuple[float, str]:
     return busy / 100, f"the GPU is busy {busy:.0f}% of the steps' time"
 
 
-def launch_remedies(compiled: bool) -> list[str]:
-    return [text for key, text in LAUNCH_REMEDIES.items() if not (compiled and key == "compile")]
+def remedies(limit: str, compiled: bool) -> list[str]:
+    """What a launch-bound or under-filled step can try, most likely first; else none."""
+    table = {LAUNCH: LAUNCH_REMEDIES, UNDERFILLED: UNDERFILLED_REMEDIES}.get(limit, {})
+    return [text for key, text in table.items() if not (compiled and key == "compile")]

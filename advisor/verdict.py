@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from fastmon.advisor.bound import COMMUNICATION, COMPUTE, DATA, LAUNCH, launch_remedies
+from fastmon.advisor.bound import COMMUNICATION, COMPUTE, DATA, LAUNCH, UNDERFILLED, GpuBusy, remedies
 from fastmon.advisor.types import PROBLEM
 from fastmon.common.verdicts import OPEN
 
@@ -29,20 +29,23 @@ class Verdict:
 
 
 def verdict(found: tuple[str, str] | None, shares: dict, advice: list[dict], applied: list[dict],
-            gpu_busy: float | None = None, compiled: bool = False) -> Verdict | None:
+            gpu: GpuBusy | None = None, compiled: bool = False) -> Verdict | None:
     """``found``: ``bound``'s (limit, evidence) of the window; ``shares``: its phases'
     shares; ``advice``: the advisor's, each with its status; ``applied``: fastmon's changes
-    (a limit that remains after one was kept is "still" there). None without a limit."""
+    (a limit that remains after one was kept is "still" there); ``gpu``: how busy the GPU
+    was over the window. None without a limit."""
     if found is None:
         return None
     limit, why = found
     issue = {DATA: f"data-bound {shares.get('data_wait', 0.0):.0%}",
              COMMUNICATION: f"communication-bound {shares.get('comm', 0.0):.0%}",
-             LAUNCH: f"launch-bound (GPU busy {gpu_busy:.0f}%)" if gpu_busy is not None else "launch-bound",
+             LAUNCH: f"launch-bound (GPU busy {gpu.util:.0f}%)" if gpu is not None else "launch-bound",
+             UNDERFILLED: f"under-filled (SMs active {gpu.sm_active:.0f}%)" if gpu and gpu.sm_active is not None
+             else "under-filled",
              }.get(limit, limit)
-    if limit == LAUNCH and gpu_busy is not None:  # the bound's evidence, told short
-        why = (f"the GPU is busy {gpu_busy:.0f}% of the steps' time and the host is not waiting for data: it waits "
-               f"for kernel launches (up to {100 / max(gpu_busy, 1):.1f}x if launching were free)")
+    if limit == LAUNCH and gpu is not None:  # the bound's evidence, told short
+        why = (f"the GPU is busy {gpu.util:.0f}% of the steps' time and the host is not waiting for data: it waits "
+               f"for kernel launches (up to {100 / max(gpu.util, 1):.1f}x if launching were free)")
     if limit != COMPUTE and any(a.get("kept") for a in applied):
         issue = f"still {issue}"
     return Verdict(issue, why, next_step(limit, advice, compiled))
@@ -56,8 +59,8 @@ def next_step(limit: str, advice: list[dict], compiled: bool) -> str:
         return f"{best['title']}: {best['fix']}" if best.get("fix") else best["title"]
     if limit == DATA:
         return DATA_NEXT
-    if limit == LAUNCH:
-        return launch_remedies(compiled)[0]
+    if limit in (LAUNCH, UNDERFILLED):
+        return remedies(limit, compiled)[0]
     if limit == COMMUNICATION:
         return COMM_NEXT
     return NOTHING

@@ -18,7 +18,8 @@ Checks (group 1):
   h2d_pinned          pageable vs pinned copies told apart; pin_memory advice only for pageable
   item_sync           a per-step loss.item() found as a sync stall, with its line
   nvml                NVML utilization and memory read during a run; on Hopper and later,
-                      the SMs' activity from GPM (SM active, occupancy, tensor pipes)
+                      the SMs' activity from GPM (SM active, occupancy, tensor pipes), and
+                      a GEMM-bound loop's verdict compute-bound (not under-filled)
   oom_revert          a batch increase that would run out of memory is refused (tried
                       between steps) and training goes on unchanged
   profile_capture     `--profile-at`: a torch.profiler capture of CUDA steps holds the
@@ -255,7 +256,8 @@ def check_nvml(cwd: Path) -> str:
     loop = script(cwd, "matmul.py", MATMUL_LOOP)
     out = fastmon(["run", "--headless", loop, 3000, 4096, 512], cwd)
     assert out.returncode == 0, out.stderr[-2000:]
-    gpu = report(cwd)["gpu"]
+    summary = report(cwd)
+    gpu = summary["gpu"]
     assert gpu.get("available"), gpu.get("note")
     device = gpu["devices"][0]
     assert device["util_mean"] and device["util_mean"] > 10, device
@@ -263,11 +265,13 @@ def check_nvml(cwd: Path) -> str:
     hopper = any(chip in device["name"] for chip in ("H100", "H200", "H800", "GH200", "B200", "B100"))
     if hopper:  # GPM: the SMs' activity, where util says only that a kernel ran
         assert device["gpm"] and device["sm_active_mean"] and device["sm_active_mean"] > 1, device
-    sm = (f", SM active {device['sm_active_mean']}% (occupancy {device['sm_occupancy_mean']}%, tensor pipes "
-          f"{device['tensor_active_mean']}%)" if device.get("sm_active_mean") is not None
+        # 512x4096 GEMMs fill the chip: the under-filled verdict's 50% must not call them small
+        assert summary["compute"]["bound"] == "compute-bound", summary["compute"]
+    sm = (f", SM active {device['sm_active_in_steps']}% in the steps (occupancy {device['sm_occupancy_in_steps']}%, "
+          f"tensor pipes {device['tensor_active_in_steps']}%)" if device.get("sm_active_in_steps") is not None
           else f", SM active n/a (GPM: {device.get('gpm')})")
-    return (f"{device['name']}: util {device['util_mean']}% mean{sm}, "
-            f"memory peak {device['mem_used_peak'] / 2**30:.1f} GiB")
+    return (f"{device['name']}: util {device['util_in_steps']}% in the steps{sm}, verdict "
+            f"{summary['compute']['bound']}, memory peak {device['mem_used_peak'] / 2**30:.1f} GiB")
 
 
 def check_starved_fixed(cwd: Path) -> str:

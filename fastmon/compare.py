@@ -97,7 +97,9 @@ def side(run_dir) -> dict:
     mean_ms = 1e3 / figures["steps_per_s"] if figures["steps_per_s"] else 0.0
     compute = summary.get("compute") or {}
     # Busy during the steady steps: the mean over the process's life counts its start-up too.
-    utils = [d["util_in_steps"] for d in (summary["gpu"].get("devices") or []) if d.get("util_in_steps") is not None]
+    devices = summary["gpu"].get("devices") or []
+    utils = [d["util_in_steps"] for d in devices if d.get("util_in_steps") is not None]
+    sms = [d["sm_active_in_steps"] for d in devices if d.get("sm_active_in_steps") is not None]
     return {
         "run": str(run_dir), "workload": workload(meta, speeds), "environment": environment(meta, facts),
         "steps": summary["steps"], "steady_steps": speeds[min(speeds)]["steps"] if speeds else 0, "since_step": since,
@@ -108,6 +110,7 @@ def side(run_dir) -> dict:
         "trainer_rss_peak": summary["memory"]["trainer_rss_peak"],
         "torch_peak_allocated": summary["memory"]["torch_peak_allocated"],
         "gpu_util_in_steps": round(sum(utils) / len(utils), 1) if utils else None,
+        "sm_active_in_steps": round(sum(sms) / len(sms), 1) if sms else None,  # where the GPUs have GPM
         "mfu": compute.get("mfu"), "tflops_per_s": compute.get("tflops_per_s"), "bound": compute.get("bound"),
         "advice": [a["id"] for a in summary["advice"] if is_recommended(a)],
         "applied": summary["applied"],
@@ -319,9 +322,9 @@ def format_text(result: dict) -> str:
     row("trainer RSS peak", mib(a["trainer_rss_peak"]), mib(b["trainer_rss_peak"]))
     if a["torch_peak_allocated"] or b["torch_peak_allocated"]:
         row("CUDA allocated peak", mib(a["torch_peak_allocated"]), mib(b["torch_peak_allocated"]))
-    if a["gpu_util_in_steps"] is not None or b["gpu_util_in_steps"] is not None:
-        row("GPU busy in steps", *(f"{s['gpu_util_in_steps']:.0f}%" if s["gpu_util_in_steps"] is not None else "n/a"
-                                   for s in (a, b)))
+    for key, label in (("gpu_util_in_steps", "GPU busy in steps"), ("sm_active_in_steps", "SM active in steps")):
+        if a.get(key) is not None or b.get(key) is not None:
+            row(label, *(f"{s[key]:.0f}%" if s.get(key) is not None else "n/a" for s in (a, b)))
     if a["mfu"] is not None or b["mfu"] is not None:
         row("MFU", *(f"{s['mfu']:.1%}" if s["mfu"] is not None else "n/a" for s in (a, b)))
     if a["bound"] or b["bound"]:

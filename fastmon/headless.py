@@ -57,8 +57,7 @@ def status_line(view, argv: list[str] = ()) -> str:
     if trainer:
         parts.append(f"RSS {sum(trainer) / 2**30:.1f} GiB")
     if gpu:
-        parts.append("GPU " + " ".join(f"{known(d.get('util'), '%')} {gib(d.get('mem_used'))}/"
-                                       f"{gib(d.get('mem_total'))} GiB" for d in gpu))
+        parts.append("GPU " + " ".join(map(device_status, gpu)))
     compute = flops_figures(count, counted_samples(count, rows), window.steps_per_s, window.samples_per_s,
                             view.facts)
     if compute["tflops_per_s"] is not None:
@@ -73,6 +72,12 @@ def status_line(view, argv: list[str] = ()) -> str:
     if applying:
         parts.append(f"trying {applying[0]['id']}")
     return " | ".join(parts)
+
+
+def device_status(d: dict) -> str:
+    """One GPU's latest sample: "97% SM 41% 12.0/79.6 GiB" (SM activity where it has GPM)."""
+    sms = f" SM {d['sm_active']:.0f}%" if d.get("sm_active") is not None else ""
+    return f"{known(d.get('util'), '%')}{sms} {gib(d.get('mem_used'))}/{gib(d.get('mem_total'))} GiB"
 
 
 class StatusPrinter:

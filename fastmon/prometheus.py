@@ -16,7 +16,7 @@ from fastmon.advisor import Window, recent
 from fastmon.advisor.bound import bound
 from fastmon.common.phases import PHASES
 from fastmon.common.verdicts import params_text
-from fastmon.summary import current_rows
+from fastmon.summary import busy_during, current_rows
 
 RECENT_STEPS = 200  # the steps the phase shares and the verdict are of: the run as it is now
 LABELS = ("run", "node", "rank")
@@ -41,7 +41,6 @@ class Metrics:
                                     labels=(*LABELS, "verdict"))
         gpu = view.gpu[-1][2] if view.gpu else []
         on_gpu = (view.facts.get("environment") or {}).get("accelerator") == "cuda"
-        busy = sum(d.get("util") or 0 for d in gpu) / len(gpu) if gpu else None  # %, as bound() takes it
         for rank, figures in sorted(view.ranks.items()):
             if not self.own(rank):
                 continue
@@ -49,13 +48,14 @@ class Metrics:
             steps.add_metric(labels, figures.steps)
             samples.add_metric(labels, figures.samples)
             step_time.add_metric(labels, count_value=figures.steps, sum_value=figures.wall)
-            rows = current_rows(list(figures.rows), list(view.applied), figures.left_out)
-            window = Window.from_rows(recent(rows, RECENT_STEPS))
+            rows = recent(current_rows(list(figures.rows), list(view.applied), figures.left_out), RECENT_STEPS)
+            window = Window.from_rows(rows)
             if not window.steps:
                 continue
             for phase in PHASES:
                 shares.add_metric((*labels, phase), window.share(phase))
-            said = bound(window.shares, busy, on_gpu, window.typical_data_wait)
+            # as the status line and the dashboard judge it: the first GPU over these steps
+            said = bound(window.shares, busy_during(list(view.gpu), rows), on_gpu, window.typical_data_wait)
             if said is not None:
                 verdict.add_metric((*labels, said[0]), 1)
         yield from (steps, samples, step_time, shares, verdict)
@@ -67,13 +67,21 @@ class Metrics:
                                  labels=("run", "node", "gpu"))
         used = GaugeMetricFamily("fastmon_gpu_memory_used_bytes", "GPU memory in use (NVML)",
                                  labels=("run", "node", "gpu"))
+        # NVML GPM's, on GPUs that have it (Hopper and later): what the SMs did, not only whether a kernel ran
+        gpm = {key: GaugeMetricFamily(f"fastmon_gpu_{key}_ratio", text, labels=("run", "node", "gpu"))
+               for key, text in (("sm_active", "Share of the SMs with work (NVML GPM, DCGM's SM_ACTIVE)"),
+                                 ("sm_occupancy", "Warps resident on the SMs over their maximum (NVML GPM)"),
+                                 ("tensor_active", "Time the tensor pipes were busy (NVML GPM)"))}
         for device in gpu:
             labels = (self.run, self.node, str(device.get("index", 0)))
             if device.get("util") is not None:
                 busy.add_metric(labels, device["util"] / 100)
             if device.get("mem_used") is not None:
                 used.add_metric(labels, device["mem_used"])
-        return busy, used
+            for key, family in gpm.items():
+                if device.get(key) is not None:
+                    family.add_metric(labels, device[key] / 100)
+        return busy, used, *gpm.values()
 
     def _changes(self, applied):
         kept = GaugeMetricFamily("fastmon_change_speedup_ratio",

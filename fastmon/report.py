@@ -136,15 +136,18 @@ def gpu_run_line(d: dict) -> str:
 
 
 def sm_activity(d: dict) -> str:
-    """What the SMs did over the run, where NVML's GPM reads it: ", SM active 41% mean
-    (occupancy 22%, tensor pipes 30%)"; said n/a on a GPU without GPM; nothing for a record
+    """What the SMs did, where NVML's GPM reads it: ", SM active 41% (occupancy 22%, tensor
+    pipes 30%)" over the steady run's steps, as the utilization beside it ("41% mean" over the
+    run where no sample fell in the steps); n/a on a GPU without GPM; nothing for a record
     from before fastmon asked."""
     if d.get("gpm") is False:
         return ", SM active n/a (this GPU has no GPM)"
-    if d.get("sm_active_mean") is None:
+    steps = "_in_steps" if d.get("sm_active_in_steps") is not None else "_mean"  # the utilization's span
+    if d.get("sm_active" + steps) is None:
         return ""
-    return (f", SM active {d['sm_active_mean']:.0f}% mean (occupancy {known(d.get('sm_occupancy_mean'), '%', '.0f')}, "
-            f"tensor pipes {known(d.get('tensor_active_mean'), '%', '.0f')})")
+    return (f", SM active {d['sm_active' + steps]:.0f}%{' mean' if steps == '_mean' else ''} (occupancy "
+            f"{known(d.get('sm_occupancy' + steps), '%', '.0f')}, tensor pipes "
+            f"{known(d.get('tensor_active' + steps), '%', '.0f')})")
 
 
 def si(value: float, unit: str) -> str:

@@ -3,7 +3,7 @@ the end. Built from the run record alone, so a replay shows the same numbers."""
 
 from __future__ import annotations
 
-from fastmon.advisor.bound import LAUNCH, bound, launch_remedies
+from fastmon.advisor.bound import GpuBusy, bound, remedies
 from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.verdict import verdict
 from fastmon.advisor.window import Window, recent
@@ -316,19 +316,22 @@ def _gpu(record: RunRecord, meta: dict, steady_span: tuple[float, float] | None)
 
 
 def gpus_over_run(samples: list[tuple[float, str, list[dict]]], steady_span: tuple[float, float] | None) -> list:
-    """Each GPU over the run (``gpu_figures``), with its utilization during the steady run's steps."""
+    """Each GPU over the run (``gpu_figures``), with its utilization (and SM activity, where
+    the GPU has GPM) during the steady run's steps."""
     devices = gpu_figures([sample for _, _, sample in samples])
-    during = util_in_span(samples, steady_span)
+    during = {d["index"]: d for d in gpu_figures(samples_during(samples, steady_span))}
     for device in devices:
-        device["util_in_steps"] = during.get(device["index"])
+        for key in ("util", "sm_active", "sm_occupancy", "tensor_active"):
+            device[f"{key}_in_steps"] = during.get(device["index"], {}).get(f"{key}_mean")
     return devices
 
 
-def util_in_span(samples: list[tuple[float, str, list[dict]]], span: tuple[float, float] | None) -> dict[int, float]:
-    """Each GPU's mean utilization over the samples (the record's, timed) taken within ``span``:
-    fastmon's one figure of how busy a GPU is, over the steps it is said of."""
+def busy_in_span(samples: list[tuple[float, str, list[dict]]], span: tuple[float, float] | None
+                 ) -> dict[int, GpuBusy]:
+    """How busy each GPU was over the samples (the record's, timed) taken within ``span``:
+    fastmon's one figure of it, over the steps it is said of."""
     during = gpu_figures(samples_during(samples, span))
-    return {d["index"]: d["util_mean"] for d in during if d["util_mean"] is not None}
+    return {d["index"]: GpuBusy(d["util_mean"], d.get("sm_active_mean")) for d in during if d["util_mean"] is not None}
 
 
 def samples_during(samples: list[tuple[float, str, list[dict]]], span: tuple[float, float] | None) -> list:
@@ -342,12 +345,12 @@ def samples_during(samples: list[tuple[float, str, list[dict]]], span: tuple[flo
     return during
 
 
-def busy_during(gpu_timed: list, rows, first_step: int | None = None) -> float | None:
-    """The first GPU's utilization while ``rows`` ran (from ``first_step`` on, if given):
+def busy_during(gpu_timed: list, rows, first_step: int | None = None) -> GpuBusy | None:
+    """How busy the first GPU was while ``rows`` ran (from ``first_step`` on, if given):
     the figure the report, the advisor and the verdict all use, over the steps they speak of."""
     if first_step is not None:
         rows = [r for r in rows if r.step >= first_step]
-    return next(iter(util_in_span(gpu_timed, rows_span(rows)).values()), None)
+    return next(iter(busy_in_span(gpu_timed, rows_span(rows)).values()), None)
 
 
 def rows_span(rows) -> tuple[float, float] | None:
@@ -370,16 +373,17 @@ def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) ->
     its MFU against the chip's datasheet peak, and which limit the run presses on."""
     on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
     devices = summary["gpu"].get("devices") or []
-    busy = devices[0].get("util_in_steps") if devices else None
+    util = devices[0].get("util_in_steps") if devices else None
+    busy = GpuBusy(util, devices[0].get("sm_active_in_steps")) if util is not None else None
     now = (summary.get("changes") or {}).get("after") or summary  # the run as it is after fastmon's changes
     step_median = now["step_ms"]["median"]
     typical = now["phase_ms"]["data_wait"]["median"] / step_median if step_median else None
     verdict = bound(now["phases"], busy, on_gpu, typical)
     out: dict = {"bound": verdict[0] if verdict else None,
                  "bound_why": verdict[1] if verdict else "no GPU utilization was sampled during the steps",
-                 "gpu_busy_in_steps": busy}
-    if verdict and verdict[0] == LAUNCH:
-        out["remedies"] = launch_remedies(compiled_model(facts))
+                 "gpu_busy_in_steps": util, "sm_active_in_steps": busy.sm_active if busy else None}
+    if verdict and (tries := remedies(verdict[0], compiled_model(facts))):
+        out["remedies"] = tries
     count = first_count(events)
     step = count["from_step"] if count else None
     samples = table.samples[table.position(step)] if step is not None and table.has(step) else 0
@@ -396,8 +400,10 @@ def run_verdict(summary: dict, facts: dict) -> dict | None:
     """The verdict of the steady run as it is after fastmon's changes (the report's "after")."""
     c = summary["compute"]
     now = (summary.get("changes") or {}).get("after") or summary
+    util = c.get("gpu_busy_in_steps")
+    busy = GpuBusy(util, c.get("sm_active_in_steps")) if util is not None else None
     found = verdict((c["bound"], c["bound_why"]) if c.get("bound") else None, now["phases"], summary["advice"],
-                    summary["applied"], c.get("gpu_busy_in_steps"), compiled_model(facts))
+                    summary["applied"], busy, compiled_model(facts))
     return found.as_dict() if found else None
 
 

@@ -422,7 +422,7 @@ def test_one_slow_stretch_among_a_few_steps_is_not_data_bound():
 
 
 def test_the_verdict_names_the_limit_its_evidence_and_one_next_step():
-    from fastmon.advisor.bound import launch_remedies
+    from fastmon.advisor.bound import GpuBusy, remedies
     from fastmon.advisor.verdict import DATA_NEXT, NOTHING, verdict
 
     data = ("data-bound", "36% of the step waits for the next batch")
@@ -437,12 +437,39 @@ def test_the_verdict_names_the_limit_its_evidence_and_one_next_step():
     kept = [dict(workers, status="kept"), dict(persistent, status="kept")]
     found = verdict(data, {"data_wait": 0.36}, kept, [{"id": "dataloader.num_workers", "kept": True}])
     assert (found.issue, found.next) == ("still data-bound 36%", DATA_NEXT)
-    found = verdict(("launch-bound", "long"), {}, [], [], gpu_busy=25.0, compiled=True)
-    assert found.issue == "launch-bound (GPU busy 25%)" and found.next == launch_remedies(True)[0]
+    found = verdict(("launch-bound", "long"), {}, [], [], gpu=GpuBusy(25.0), compiled=True)
+    assert found.issue == "launch-bound (GPU busy 25%)" and found.next == remedies("launch-bound", True)[0]
     assert "up to 4.0x" in found.why
     assert verdict(("compute-bound", "busy"), {}, [habit], [{"kept": True}]).as_dict() == {
         "issue": "compute-bound", "why": "busy", "next": NOTHING}
     assert verdict(None, {}, [workers], []) is None  # a GPU run without NVML's utilization
+
+
+def test_a_busy_gpu_whose_sms_are_mostly_idle_is_under_filled_not_compute_bound():
+    # NVML's util says a kernel ran; GPM's SM active says how much of the chip it used
+    from fastmon.advisor.bound import GpuBusy, bound
+    from fastmon.advisor.verdict import NOTHING, verdict
+
+    small = bound({"forward": 0.4, "backward": 0.5}, GpuBusy(96.0, 31.0), True)
+    assert small[0] == "under-filled" and "a kernel runs 96%" in small[1] and "SMs are active 31%" in small[1]
+    said = verdict(small, {}, [], [], GpuBusy(96.0, 31.0), compiled=True)
+    assert said.issue == "under-filled (SMs active 31%)" and said.next.startswith("a larger batch")
+    full = bound({"forward": 0.4, "backward": 0.5}, GpuBusy(96.0, 85.0), True)
+    assert full == ("compute-bound", "the GPU is busy 96% of the steps' time, its SMs active 85%")
+    assert verdict(full, {}, [], [], GpuBusy(96.0, 85.0)).next == NOTHING
+    # a GPU without GPM is judged by its utilization alone, as before
+    assert bound({}, GpuBusy(96.0), True) == ("compute-bound", "the GPU is busy 96% of the steps' time")
+    idle = bound({}, GpuBusy(40.0, 20.0), True)
+    assert idle[0] == "launch-bound" and "its SMs active 20%" in idle[1]
+
+
+def test_a_larger_batch_is_advised_where_the_kernels_leave_most_sms_idle():
+    busy_small = [[dict(GPU_IDLE[0][0], util=95, sm_active=28, gpm=True)]]
+    advice = fired(rows(n=40), facts(GPU_ENV, [MLP_GPU], LOADER, [SGD], gpu=busy_small))["batch_size"]
+    assert advice.title.endswith("its kernels leave most SMs idle")
+    assert "the GPU is busy 95% of the steps' time, its SMs active 28%" in advice.evidence
+    busy_full = [[dict(GPU_IDLE[0][0], util=95, sm_active=82, gpm=True)]]
+    assert "batch_size" not in fired(rows(n=40), facts(GPU_ENV, [MLP_GPU], LOADER, [SGD], gpu=busy_full))
 
 
 def test_anomaly_detection_is_estimated_from_the_stacks_the_probe_timed():

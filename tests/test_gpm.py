@@ -6,18 +6,28 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import shutil
 import sqlite3
+import urllib.request
 from types import SimpleNamespace
 
 import pynvml
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT
+from fastmon.compare import compare
+from fastmon.compare import format_text as compare_text
+from fastmon.headless import status_line
+from fastmon.live_state import LiveView, RankView
+from fastmon.prometheus import serve
+from fastmon.records import RunRecord
 from fastmon.report import format_text
 from fastmon.samplers import GpuSampler
 from fastmon.summary import summarize
 from fastmon.tui.app import FastmonApp
 from fastmon.tui.snapshot import ReplaySource
+from fastmon.tui.widgets.run_header import RunHeader
 
 GPU_RUN = ROOT / "tests" / "data" / "h200-nanogpt-eager-1"
 # what the stand-in's GPM reads between two samples: % of the period
@@ -72,8 +82,9 @@ def test_sm_activity_is_read_where_the_gpu_has_gpm_and_said_missing_elsewhere():
     assert volta["gpm"] is False and "sm_active" not in volta
 
 
-def recorded_with(tmp_path, with_gpm: bool):
-    """The H200 nanoGPT record, its GPU samples as the stand-in's sampler reads them."""
+def recorded_with(tmp_path, with_gpm: bool, util: int | None = None):
+    """The H200 nanoGPT record, its GPU samples as the stand-in's sampler reads them (and
+    NVML's utilization ``util`` where given)."""
     folder = tmp_path / GPU_RUN.name
     shutil.copytree(GPU_RUN, folder)
     sampler = GpuSampler(stand_in_nvml(["NVIDIA H200"], with_gpm={0} if with_gpm else set()))
@@ -83,7 +94,7 @@ def recorded_with(tmp_path, with_gpm: bool):
     db = sqlite3.connect(folder / "run.sqlite")
     with db:
         for rowid, data in db.execute("SELECT rowid, data FROM samples WHERE source = 'gpu'").fetchall():
-            devices = [dict(d, **gpm) for d in json.loads(data)]
+            devices = [dict(d, **gpm, **({"util": util} if util is not None else {})) for d in json.loads(data)]
             db.execute("UPDATE samples SET data = ? WHERE rowid = ?", (json.dumps(devices), rowid))
     db.close()
     return folder
@@ -94,10 +105,13 @@ def test_the_report_gives_sm_activity_beside_util_and_says_when_the_gpu_has_none
     device = summary["gpu"]["devices"][0]
     assert (device["sm_active_mean"], device["sm_occupancy_mean"], device["tensor_active_mean"]) == (41.0, 22.0, 30.0)
     assert device["gpm"] is True
-    assert "SM active 41% mean (occupancy 22%, tensor pipes 30%)" in format_text(summary)
+    # over the same steps as the utilization beside it
+    assert "busy 46% of the steps' time, SM active 41% (occupancy 22%, tensor pipes 30%)" in format_text(summary)
     without = summarize(recorded_with(tmp_path / "older", with_gpm=False))
     assert without["gpu"]["devices"][0]["sm_active_mean"] is None
     assert "SM active n/a (this GPU has no GPM)" in format_text(without)
+    compared = compare_text(compare(tmp_path / "h200" / GPU_RUN.name, tmp_path / "older" / GPU_RUN.name))
+    assert re.search(r"SM active in steps\s+41%\s+n/a", compared), compared
     # a record from before fastmon asked says nothing of it
     assert "SM active" not in format_text(summarize(GPU_RUN))
 
@@ -110,6 +124,38 @@ async def test_the_gpu_panel_shows_sm_activity_live_and_over_the_run(tmp_path):
             text = str(app.query_one("#gpu-text").render())
         device_line, over_the_run = text.splitlines()[0], " ".join(text.split())  # wrapped lines as one
         if with_gpm:
-            assert "SM active 41%" in device_line and "SM active 41% mean (occupancy 22%" in over_the_run
+            assert "SM active 41%" in device_line and "SM active 41% (occupancy 22%" in over_the_run
         else:
             assert "SM active n/a (this GPU has no GPM)" in over_the_run
+
+
+async def test_a_busy_gpu_whose_sms_are_mostly_idle_is_under_filled_on_every_screen(tmp_path):
+    # NVML says a kernel ran 96% of the time; GPM says 41% of the SMs had work
+    folder = recorded_with(tmp_path, with_gpm=True, util=96)
+    summary = summarize(folder)
+    assert summary["compute"]["bound"] == "under-filled" and summary["compute"]["sm_active_in_steps"] == 41.0
+    assert summary["verdict"]["issue"] == "under-filled (SMs active 41%)"
+    assert "verdict: under-filled (SMs active 41%)" in format_text(summary)
+    app = FastmonApp(ReplaySource(folder))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("end")
+        await pilot.pause(0.6)
+        assert "under-filled (SMs active 41%)" in str(app.query_one(RunHeader).render())
+    # live: the headless status line and Prometheus, from the same view of the run
+    record = RunRecord(folder)
+    rows = record.steps(0)
+    view = LiveView(ranks={0: RankView(rows=tuple(rows[-200:]), steps=len(rows), samples=sum(r.samples for r in rows),
+                                       wall=sum(r.wall for r in rows))},
+                    facts=record.facts(), gpu=tuple(record.samples("gpu")), started=rows[0].t_end - 60, ended=rows[-1].t_end)
+    line = status_line(view)
+    assert "GPU 96% SM 41%" in line and "under-filled (SMs active 41%)" in line
+    server, port, _ = serve(lambda: view, folder.name, "node0", 0)
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        server.shutdown()
+    scraped = {(sample.name, sample.labels.get("verdict") or sample.labels.get("gpu")): sample.value
+               for family in text_string_to_metric_families(text) for sample in family.samples}
+    assert scraped[("fastmon_bound", "under-filled")] == 1
+    assert scraped[("fastmon_gpu_sm_active_ratio", "0")] == 0.41
+    assert scraped[("fastmon_gpu_tensor_active_ratio", "0")] == 0.30

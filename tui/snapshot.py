@@ -8,7 +8,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastmon.advisor.bound import bound
+from fastmon.advisor.bound import GpuBusy, bound
 from fastmon.advisor.verdict import Verdict, verdict
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
@@ -23,8 +23,7 @@ from fastmon.common.verdicts import params_text
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, busy_during, compiled_model, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
-                             lost_nodes, rank_table, rows_span, steady_span,
-                             util_in_span)
+                             lost_nodes, rank_table, rows_span, steady_span, busy_in_span)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
@@ -102,13 +101,13 @@ def fill_progress(snap: Snapshot, facts: dict, argv: list[str]) -> None:
 
 def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
           advice, applied, dropped, replay=None, capturing=False, current: Window | None = None,
-          flops_count: dict | None = None, gpu_busy: float | None = None, experiment: dict | None = None,
+          flops_count: dict | None = None, gpu_busy: GpuBusy | None = None, experiment: dict | None = None,
           outcome: dict | None = None, selected: StepRow | None = None, rss: list = (),
           losses: list = (), gpu_run: list = (), nodes_lost: dict | None = None) -> Snapshot:
     """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
     ``current``: the steady run since the last change, for a run that has ended (the
     report's figures); else the shares are of the latest steps; ``flops_count``: the
-    probe's ``flops`` event; ``gpu_busy``: the GPU's utilization while the shown steps ran,
+    probe's ``flops`` event; ``gpu_busy``: how busy the GPU was while the shown steps ran,
     for the verdict; ``gpu_run``: each GPU over the ended run, as the report has it."""
     snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps,
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
@@ -308,9 +307,9 @@ class ReplaySource:
         return steady_span(self.record, self.ranks[0], self.table, self.left_out) if self.ranks else None
 
     @functools.cached_property
-    def _steady_busy(self) -> float | None:
-        """The report's GPU utilization during the steady run's steps (its first GPU's)."""
-        return next(iter(util_in_span(self.gpu, self._steady_span).values()), None)
+    def _steady_busy(self) -> GpuBusy | None:
+        """How busy the report says the GPU was in the steady run's steps (its first GPU)."""
+        return next(iter(busy_in_span(self.gpu, self._steady_span).values()), None)
 
     def _losses_upto(self, chunks: int) -> list[float]:
         """The last losses printed in the log's first ``chunks`` chunks."""
