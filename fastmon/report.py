@@ -172,6 +172,11 @@ def compute_lines(c: dict | None) -> list[str]:
             "; `fastmon doctor --calibrate` measures what this chip reaches"
         lines = [f"  compute: {si(c['flops_per_step'], 'FLOP')} a step (counted at step {c['counted_at_step']}, "
                  f"{c['dtype']}), {si(c['tflops_per_s'] * 1e12, 'FLOP/s')} achieved; {mfu}{reached}"]
+        if c.get("ranks"):
+            lines.append("    per rank: " + ", ".join(
+                f"rank {r['rank']} {si(r['tflops_per_s'] * 1e12, 'FLOP/s')}"
+                + (f" MFU {r['mfu']:.1%}" if r["mfu"] is not None else "") for r in c["ranks"])
+                + (f"; mean MFU {c['mfu_mean']:.1%}" if c.get("mfu_mean") is not None else ""))
     return lines
 
 

@@ -387,7 +387,20 @@ def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) ->
     count = first_count(events)
     step = count["from_step"] if count else None
     samples = table.samples[table.position(step)] if step is not None and table.has(step) else 0
+    if summary["ranks"] and count and not count.get("error"):
+        out.update(per_rank(count, samples, summary["ranks"], facts))
     return {**flops_figures(count, samples, summary["steps_per_s"], summary["samples_per_s"], facts), **out}
+
+
+def per_rank(count: dict, samples_at_count: int, ranks: list[dict], facts: dict) -> dict:
+    """Each rank's FLOP rate and MFU at its own steady rate, and their mean MFU: one count
+    (the first rank's, of a model the same on every rank) times each rank's samples/s."""
+    figures = []
+    for r in ranks:
+        rate = flops_figures(count, samples_at_count, r["steps_per_s"], r["samples_per_s"], facts)
+        figures.append({"rank": r["rank"], "tflops_per_s": rate["tflops_per_s"], "mfu": rate["mfu"]})
+    mfus = [r["mfu"] for r in figures if r["mfu"] is not None]
+    return {"ranks": figures, "mfu_mean": float(f"{sum(mfus) / len(mfus):.4g}") if mfus else None}
 
 
 def compiled_model(facts: dict) -> bool:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import sqlite3
 import subprocess
 import sys
 
 import pytest
 
-from conftest import SCRIPTS, clean_env, fastmon_cmd
+from conftest import SCRIPTS, clean_env, fastmon_cmd, run_dirs
+from fastmon.report import format_text
+from fastmon.summary import summarize
 from fastmon.probe.publisher import INTERVAL as PUBLISHER_INTERVAL
 
 DDP = SCRIPTS / "ddp_train.py"
@@ -17,7 +22,7 @@ pytestmark = pytest.mark.skipif(not __import__("torch").distributed.is_available
 
 
 @pytest.mark.e2e
-def test_two_ranks_and_the_slow_one_is_the_straggler(run_fastmon, report):
+def test_two_ranks_and_the_slow_one_is_the_straggler(run_fastmon, report, tmp_path):
     out = run_fastmon("run", "--headless", "--nproc-per-node", "2", DDP, "--slow-rank", "1")
     assert out.returncode == 0, out.stderr
     assert "rank 0 done 80 steps" in out.stdout and "rank 1 done 80 steps" in out.stdout
@@ -30,6 +35,21 @@ def test_two_ranks_and_the_slow_one_is_the_straggler(run_fastmon, report):
     assert summary["straggler"] == 1
     assert ranks[1]["phases"]["data_wait"] > ranks[0]["phases"]["data_wait"]
     assert "comm" in ranks[0]["phases"]
+    # one FLOP count (rank 0's), each rank at its own rate; MFU per GPU where the chip has a peak
+    per_rank = {r["rank"]: r for r in summary["compute"]["ranks"]}
+    assert per_rank[1]["tflops_per_s"] < per_rank[0]["tflops_per_s"] and per_rank[0]["mfu"] is None
+    on_h100 = shutil.copytree(run_dirs(tmp_path)[-1], tmp_path / "on-h100")
+    db = sqlite3.connect(on_h100 / "run.sqlite")
+    with db:
+        for rowid, value in db.execute("SELECT rowid, value FROM facts WHERE key = 'environment'").fetchall():
+            env = dict(json.loads(value), accelerator="cuda", devices=[{"index": 0, "name": "NVIDIA H100 80GB HBM3"}])
+            db.execute("UPDATE facts SET value = ? WHERE rowid = ?", (json.dumps(env), rowid))
+    db.close()
+    compute = summarize(on_h100)["compute"]
+    mfu = {r["rank"]: r["mfu"] for r in compute["ranks"]}
+    assert mfu == {rank: pytest.approx(r["tflops_per_s"] / 67, rel=1e-3) for rank, r in per_rank.items()}
+    assert compute["mfu_mean"] == pytest.approx((mfu[0] + mfu[1]) / 2, rel=1e-3)
+    assert re.search(r"per rank: rank 0 .+ MFU \d.+, rank 1 .+ MFU .+; mean MFU", format_text(summarize(on_h100)))
 
 
 @pytest.mark.e2e
