@@ -180,12 +180,13 @@ class Experiment:
         workers) that the fastest does not beat by WORTH_MORE beyond noise: the same answer
         run after run where a larger setting buys little. All the windows measured of its
         setting, pooled."""
-        by_params: dict = {}
-        for params, window in self.trials:
-            by_params.setdefault(repr(params), (params, []))[1].append(window)
-        if not by_params:
+        tried = []  # each setting once, in the order first tried
+        for params, _ in self.trials:
+            if params not in tried:
+                tried.append(params)
+        if not tried:
             return None, None
-        merged = [(params, pooled(windows)) for params, windows in by_params.values()]
+        merged = [(params, self.measured(params)) for params in tried]
         fastest = max((w for _, w in merged), key=self.ranking_rate)
         return next((p, w) for p, w in merged if not worth_more(self.ranking_rate(fastest), self.ranking_rate(w)))
 

@@ -44,13 +44,14 @@ def status_line(view, argv: list[str] = ()) -> str:
              f"{window.samples_per_s:,.0f} samples/s" if window.samples else "samples unknown"]
     if shares:
         parts.append(shares)
+    lost = lost_nodes(view.events)
     if len(view.ranks) > 1:
         _, slowest = rank_table({rank: figures.rows for rank, figures in view.ranks.items()}, STATUS_WINDOW)
         parts.append(f"{len(view.ranks)} ranks" + (f", straggler rank {slowest}" if slowest is not None else "")
-                     + "".join(f", node {node} lost" for node in lost_nodes(view.events)))
+                     + "".join(f", node {node} lost" for node in lost))
     expected = view.facts.get("job_nodes")
     if expected:
-        linked = 1 + len({e["node"] for e in view.events_of("node_joined")} - set(lost_nodes(view.events)))
+        linked = 1 + len({e["node"] for e in view.events_of("node_joined")} - set(lost))
         if linked < expected:
             parts.append(f"{linked} of {expected} nodes linked")
     trainer = [p["rss"] for p in view.host.get("processes") or () if p.get("role") == "trainer"]

@@ -358,8 +358,7 @@ class Session:
     # --- the other nodes (node 0's monitor; fastmon.job_link) ---------------------------
     def _take_node_message(self, node: int, message: dict) -> None:
         kind = message.get("t")
-        info = self.nodes.setdefault(node, {"ranks": [], "joined": None, "lost": None, "ended": None,
-                                            "exit_code": None, "address": None})
+        info = self._node(node)
         if kind == "joined":
             info.update(joined=time.time(), lost=None, address=message.get("address"))
             self._record_event(node, "node_joined", {"address": message.get("address")})
@@ -395,8 +394,13 @@ class Session:
             info["ranks"] = sorted([*info["ranks"], row.rank])
         self._take_row(row)
 
+    def _node(self, node: int) -> dict:
+        """What node 0 knows of ``node``, kept for the record's job link (``_link_figures``)."""
+        return self.nodes.setdefault(node, {"ranks": [], "joined": None, "lost": None, "ended": None,
+                                            "exit_code": None, "address": None})
+
     def _node_lost(self, node: int, when: float) -> None:
-        info = self.nodes.setdefault(node, {"ranks": []})
+        info = self._node(node)
         info["lost"] = when
         last = {rank: self._state.ranks[rank].rows[-1].step for rank in info["ranks"]
                 if self._state.ranks.get(rank) and self._state.ranks[rank].rows}
