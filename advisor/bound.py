@@ -39,18 +39,28 @@ class GpuBusy(NamedTuple):
     sm_active: float | None = None
 
 
-def bound(shares: dict, gpu: GpuBusy | None, on_gpu: bool, typical_data: float | None = None
+def bound(shares: dict, gpu: GpuBusy | None, on_gpu: bool, recurring_data: float | None = None
           ) -> tuple[str, str] | None:
     """(verdict, the evidence in words), or None where the evidence is missing (a GPU run
-    without NVML's utilization). ``typical_data``: the median step's data wait over the
-    median step: data-bound takes both (one slow stretch in a few steps is not a habit)."""
+    without NVML's utilization). ``recurring_data``: the data wait's share without the step
+    that waited longest (``Window.recurring_data_wait``): data-bound takes both, a wait all
+    in one step being no habit."""
     data, comm = shares.get("data_wait", 0.0), shares.get("comm", 0.0)
-    if data >= DATA_BOUND_SHARE and (typical_data is None or typical_data >= DATA_BOUND_SHARE):
+    if data >= DATA_BOUND_SHARE and (recurring_data is None or recurring_data >= DATA_BOUND_SHARE):
         return DATA, f"{data:.0%} of the step waits for the next batch"
+    found = limit(comm, gpu, on_gpu)
+    if found is None or data < DATA_BOUND_SHARE:
+        return found
+    # a large wait all in one step: said, where the shares beside the verdict show it
+    return found[0], f"{found[1]}; the data wait ({data:.0%} of these steps' time) is nearly all one step's"
+
+
+def limit(comm: float, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | None:
+    """``bound`` where the steps do not keep waiting for data."""
     if comm >= COMM_BOUND_SHARE:
         return COMMUNICATION, f"{comm:.0%} of the step is in collectives"
     if not on_gpu:
-        return COMPUTE, "the CPU computes the model: no wait for data or other ranks dominates"
+        return COMPUTE, "the CPU computes the model: the steps do not keep waiting for data or other ranks"
     if gpu is None:
         return None
     sms = f", its SMs active {gpu.sm_active:.0f}%" if gpu.sm_active is not None else ""

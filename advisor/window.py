@@ -125,6 +125,7 @@ class Window:
     first_step: int = 0
     last_step: int = 0
     own_work_median: float = 0.0  # per step: wall minus the phases where a rank waits for others
+    longest_data_wait: float = 0.0  # the one timed step that waited longest for its batch
 
     @classmethod
     def from_rows(cls, rows) -> "Window":
@@ -179,6 +180,7 @@ class Window:
         w.mem_steps = rows[-1].step - rows[0].step
         w.mem_peak = max(col("mem_peak"))
         w.micro_batches = sum(col("micro_batches"))
+        w.longest_data_wait = max(timed[i].data_wait or 0 for i in training)
         waits = [COLUMN[p] for p in WAIT_PHASES if p in COLUMN]
         w.own_work_median = weighted_quantile([(timed[i].wall - sum(timed[i][k] or 0 for k in waits),
                                                 stands_for[i][1]) for i in order], 0.5)
@@ -199,9 +201,14 @@ class Window:
         return self.steps / self.wall if self.wall > 0 else 0.0
 
     @property
-    def typical_data_wait(self) -> float | None:
-        """The median step's wait for data over the median step (None without timed steps)."""
-        return self.phase_median["data_wait"] / self.step_median if self.timed_steps and self.step_median else None
+    def recurring_data_wait(self) -> float | None:
+        """The data wait's share of the time without the one step that waited longest: a
+        wait all in one step (a first batch, workers starting) is not the steps' habit.
+        None without timed steps."""
+        if not self.timed_steps:
+            return None
+        rest = sum(self.phase_totals.values()) - self.longest_data_wait
+        return max(self.phase_totals["data_wait"] - self.longest_data_wait, 0.0) / rest if rest > 0 else 0.0
 
     @property
     def samples_per_s(self) -> float:

@@ -7,7 +7,6 @@ import sys
 import threading
 
 from fastmon.advisor import Window, recent
-from fastmon.advisor.bound import bound
 from fastmon.advisor.types import SUGGESTION, gain_text
 from fastmon.advisor.verdict import verdict
 from fastmon.common.phases import PHASE_LABELS, PHASES
@@ -15,7 +14,7 @@ from fastmon.common.run_status import RunStatus
 from fastmon.progress import progress, script_args
 from fastmon.report import clock, gib, known, profile_lines, si, spawned_line
 from fastmon.summary import (busy_during, compiled_model, counted_samples, current_rows, first_count, flops_figures,
-                             lost_nodes, rank_table)
+                             job_bound, judged_steps, lost_nodes, rank_table, window_summary)
 from fastmon.common.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
@@ -45,8 +44,8 @@ def status_line(view, argv: list[str] = ()) -> str:
     if shares:
         parts.append(shares)
     lost = lost_nodes(view.events)
+    ranks, slowest = rank_table({rank: figures.rows for rank, figures in view.ranks.items()}, STATUS_WINDOW)
     if len(view.ranks) > 1:
-        _, slowest = rank_table({rank: figures.rows for rank, figures in view.ranks.items()}, STATUS_WINDOW)
         parts.append(f"{len(view.ranks)} ranks" + (f", straggler rank {slowest}" if slowest is not None else "")
                      + "".join(f", node {node} lost" for node in lost))
     expected = view.facts.get("job_nodes")
@@ -65,9 +64,9 @@ def status_line(view, argv: list[str] = ()) -> str:
         parts.append(si(compute["tflops_per_s"] * 1e12, "FLOP/s")
                      + (f" MFU {compute['mfu']:.1%}" if compute["mfu"] is not None else ""))
     busy = busy_during(list(view.gpu), shown)
-    found = verdict(bound(window.shares, busy, (view.facts.get("environment") or {}).get("accelerator") == "cuda",
-                          window.typical_data_wait), window.shares, list(view.advice), list(view.applied), busy,
-                    compiled_model(view.facts))
+    judged, slow = judged_steps(window_summary(window), ranks, slowest)
+    found = verdict(job_bound(judged, slow, busy, (view.facts.get("environment") or {}).get("accelerator") == "cuda"),
+                    judged["phases"], list(view.advice), list(view.applied), busy, compiled_model(view.facts))
     if found:
         parts.append(found.issue)
     if applying:

@@ -13,10 +13,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from fastmon.advisor import Window, recent
-from fastmon.advisor.bound import bound
 from fastmon.common.phases import PHASES
 from fastmon.common.verdicts import params_text
-from fastmon.summary import busy_during, current_rows
+from fastmon.summary import busy_during, current_rows, job_bound, judged_steps, rank_table, window_summary
 
 RECENT_STEPS = 200  # the steps the phase shares and the verdict are of: the run as it is now
 LABELS = ("run", "node", "rank")
@@ -41,6 +40,7 @@ class Metrics:
                                     labels=(*LABELS, "verdict"))
         gpu = view.gpu[-1][2] if view.gpu else []
         on_gpu = (view.facts.get("environment") or {}).get("accelerator") == "cuda"
+        ranks, slowest = rank_table({rank: figures.rows for rank, figures in view.ranks.items()}, RECENT_STEPS)
         for rank, figures in sorted(view.ranks.items()):
             if not self.own(rank):
                 continue
@@ -54,8 +54,10 @@ class Metrics:
                 continue
             for phase in PHASES:
                 shares.add_metric((*labels, phase), window.share(phase))
-            # as the status line and the dashboard judge it: the first GPU over these steps
-            said = bound(window.shares, busy_during(list(view.gpu), rows), on_gpu, window.typical_data_wait)
+            # as the status line and the dashboard judge it: the first GPU over these steps, the
+            # straggler's steps where the ranks wait for one
+            judged, slow = judged_steps(window_summary(window), ranks, slowest)
+            said = job_bound(judged, slow, busy_during(list(view.gpu), rows), on_gpu)
             if said is not None:
                 verdict.add_metric((*labels, said[0]), 1)
         yield from (steps, samples, step_time, shares, verdict)

@@ -42,6 +42,7 @@ def window_summary(window: Window) -> dict:
                      for p in PHASES},
         "step_ms": {"median": round(window.step_median * 1e3, 4), "p90": round(window.step_p90 * 1e3, 4)},
         "own_work_ms": round(window.own_work_median * 1e3, 4),
+        "data_wait_recurring": window.recurring_data_wait,  # the share without the longest wait: is it a habit
     }
 
 
@@ -185,6 +186,23 @@ def rank_table(rank_rows: dict, steps: int) -> tuple[list[dict], int | None]:
     ranks = [{"rank": rank, **window_summary(Window.from_rows(recent(rows, steps)))}
              for rank, rows in sorted(rank_rows.items())]
     return ranks, straggler(ranks)
+
+
+def judged_steps(own: dict, ranks: list[dict], straggler: int | None) -> tuple[dict, int | None]:
+    """The steps the verdict reads (a ``window_summary``), and the straggler's rank where
+    they are its: DDP ranks wait for the slowest in their collectives, so a fast rank's
+    "communication" is the straggler's own time (rank 0 read "communication-bound 91%"
+    while rank 1 waited 77% of its step for data). Else ``own``, and None."""
+    slow = next((r for r in ranks if r["rank"] == straggler), None)
+    return (slow, straggler) if slow else (own, None)
+
+
+def job_bound(steps: dict, straggler: int | None, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | None:
+    """``bound`` of ``judged_steps``'s steps, naming the straggler where they are its."""
+    found = bound(steps["phases"], gpu, on_gpu, steps.get("data_wait_recurring"))
+    if found and straggler is not None:
+        return found[0], f"rank {straggler}, the straggler the other ranks wait for: {found[1]}"
+    return found
 
 
 def summarize(run_dir) -> dict:
@@ -376,11 +394,11 @@ def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) ->
     util = devices[0].get("util_in_steps") if devices else None
     busy = GpuBusy(util, devices[0].get("sm_active_in_steps")) if util is not None else None
     now = (summary.get("changes") or {}).get("after") or summary  # the run as it is after fastmon's changes
-    step_median = now["step_ms"]["median"]
-    typical = now["phase_ms"]["data_wait"]["median"] / step_median if step_median else None
-    verdict = bound(now["phases"], busy, on_gpu, typical)
+    judged, slow = judged_steps(now, summary["ranks"], summary["straggler"])
+    verdict = job_bound(judged, slow, busy, on_gpu)
     out: dict = {"bound": verdict[0] if verdict else None,
                  "bound_why": verdict[1] if verdict else "no GPU utilization was sampled during the steps",
+                 "bound_rank": slow,  # the straggler's steps, where the verdict reads them
                  "gpu_busy_in_steps": util, "sm_active_in_steps": busy.sm_active if busy else None}
     if verdict and (tries := remedies(verdict[0], compiled_model(facts))):
         out["remedies"] = tries
@@ -413,9 +431,10 @@ def run_verdict(summary: dict, facts: dict) -> dict | None:
     """The verdict of the steady run as it is after fastmon's changes (the report's "after")."""
     c = summary["compute"]
     now = (summary.get("changes") or {}).get("after") or summary
+    judged, _ = judged_steps(now, summary["ranks"], c.get("bound_rank"))
     util = c.get("gpu_busy_in_steps")
     busy = GpuBusy(util, c.get("sm_active_in_steps")) if util is not None else None
-    found = verdict((c["bound"], c["bound_why"]) if c.get("bound") else None, now["phases"], summary["advice"],
+    found = verdict((c["bound"], c["bound_why"]) if c.get("bound") else None, judged["phases"], summary["advice"],
                     summary["applied"], busy, compiled_model(facts))
     return found.as_dict() if found else None
 

@@ -417,8 +417,22 @@ def test_one_slow_stretch_among_a_few_steps_is_not_data_bound():
     # 10 manual SGD steps, no data loaded, one 8 ms outlier counted as the batch function's wait
     from fastmon.advisor.bound import bound
 
-    assert bound({"data_wait": 0.6}, None, False, typical_data=0.01)[0] == "compute-bound"
-    assert bound({"data_wait": 0.6}, None, False, typical_data=0.55)[0] == "data-bound"
+    one_step = bound({"data_wait": 0.6}, None, False, recurring_data=0.01)
+    assert one_step == ("compute-bound", "the CPU computes the model: the steps do not keep waiting for data or "
+                                         "other ranks; the data wait (60% of these steps' time) is nearly all one step's")
+    assert bound({"data_wait": 0.6}, None, False, recurring_data=0.55)[0] == "data-bound"
+
+
+def test_a_wait_that_recurs_in_a_few_steps_is_data_bound_though_most_steps_wait_little():
+    # two workers feed a step every 4 ms: every fourth step waits 12 ms, the others none
+    # (the median step waits nothing: the live line read "data 92% | compute-bound")
+    from fastmon.advisor.bound import bound
+
+    waits = rows(n=200, ms={"forward": 2.0, "backward": 2.0}, data_wait=lambda step: 0.012 * (step % 4 == 0))
+    window = Window.from_rows([r._replace(wall=r.wall + r.data_wait) for r in waits])
+    assert window.phase_median["data_wait"] == 0 and window.share("data_wait") > 0.3
+    assert window.recurring_data_wait > 0.3
+    assert bound(window.shares, None, False, window.recurring_data_wait)[0] == "data-bound"
 
 
 def test_the_verdict_names_the_limit_its_evidence_and_one_next_step():

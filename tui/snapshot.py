@@ -8,7 +8,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastmon.advisor.bound import GpuBusy, bound
+from fastmon.advisor.bound import GpuBusy
 from fastmon.advisor.verdict import Verdict, verdict
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.window import Window, recent
@@ -23,7 +23,8 @@ from fastmon.common.verdicts import params_text
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, busy_during, compiled_model, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
-                             lost_nodes, rank_table, rows_span, steady_span, busy_in_span)
+                             job_bound, judged_steps, lost_nodes, rank_table, rows_span, steady_span,
+                             busy_in_span, window_summary)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
@@ -144,9 +145,9 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     snap.compute = flops_figures(flops_count, counted_samples(flops_count, rows), run.get("steps_per_s", 0.0),
                                  run.get("samples_per_s", 0.0), facts)
     on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
-    typical = snap.recent.typical_data_wait if snap.recent.steps else None
-    snap.bound = bound(snap.recent.shares, gpu_busy, on_gpu, typical) if snap.recent.steps else None
-    snap.verdict = verdict(snap.bound, snap.recent.shares, advice, applied, gpu_busy, compiled_model(facts))
+    judged, slow = judged_steps(window_summary(snap.recent), snap.ranks, snap.straggler)
+    snap.bound = job_bound(judged, slow, gpu_busy, on_gpu) if snap.recent.steps else None
+    snap.verdict = verdict(snap.bound, judged["phases"], advice, applied, gpu_busy, compiled_model(facts))
     return snap
 
 
