@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fastmon.advisor.window import segments
 from fastmon.common.phases import PHASES
 from fastmon.records import RunRecord
 from fastmon.report import mib
 from fastmon.step_table import StepTable
 from fastmon.summary import slowed_steps, steady_left_out, summarize
 from fastmon.common.verdicts import (BETWEEN_RUNS_NOISE, NO_CHANGE, NOISE, RUNS_THAT_MEASURE_NOISE, SLOWER, change_text,
-                                     is_recommended, judge, rate_error, rates_text, result_text, speed_interval)
+                                     is_recommended, judge, params_text, rate_error, rates_text, result_text,
+                                     speed_interval)
 
 BLOCKS = 10  # a run's steady steps in this many blocks: their spread is its noise
 SIBLINGS_KEPT = 6  # the latest runs of A's work whose spread is the noise between runs
@@ -21,21 +23,30 @@ ENVIRONMENT = ("torch", "python", "fastmon", "gpus", "gpu_driver", "cpus", "host
 
 
 def phase_noise(table: StepTable, keep: list[int]) -> dict[str, dict]:
-    """Each phase's mean ms a step over the timed steps among ``keep`` (positions), and
-    the standard error of that mean from the spread of BLOCKS runs of them."""
-    rows = [table.timed[p] for p in keep if p in table.timed]
+    """Each phase's mean ms a step over the steps ``keep`` (positions), each timed step
+    standing for the untimed ones after it as in the report's shares (``Window``: a run
+    timed at every step at first, sampled later, is not weighed where its timed steps
+    crowd), and the standard error of that mean from the spread of BLOCKS runs of them."""
+    walls = [table.walls[p] for p in keep]
+    timed = [i for i, p in enumerate(keep) if p in table.timed and table.timed[p].wall > 0]
+    stands_for = segments(walls, timed)  # position in keep -> (the time, the steps) it stands for
     out = {}
     for phase in PHASES:
-        values = [(getattr(r, phase) or 0.0) * 1e3 for r in rows]
-        if not values:
+        pairs = [((getattr(table.timed[keep[i]], phase) or 0.0) / table.timed[keep[i]].wall
+                  * stands_for[i][0] / stands_for[i][1] * 1e3, stands_for[i][1]) for i in timed]
+        if not pairs:
             out[phase] = {"ms": 0.0, "error_ms": 0.0}
             continue
-        size = max(1, len(values) // BLOCKS)
-        means = [sum(values[i:i + size]) / len(values[i:i + size]) for i in range(0, len(values) - size + 1, size)]
-        mean = sum(values) / len(values)
+        size = max(1, len(pairs) // BLOCKS)
+        means = [weighted_mean(pairs[i:i + size]) for i in range(0, len(pairs) - size + 1, size)]
+        mean = weighted_mean(pairs)
         spread = (sum((m - mean) ** 2 for m in means) / (len(means) - 1)) ** 0.5 if len(means) > 1 else mean
         out[phase] = {"ms": round(mean, 4), "error_ms": round(spread / len(means) ** 0.5, 4)}
     return out
+
+
+def weighted_mean(pairs: list[tuple[float, int]]) -> float:
+    return sum(value * weight for value, weight in pairs) / sum(weight for _, weight in pairs)
 
 
 def steady_speeds(record: RunRecord, since: int | None) -> dict[int, dict]:
@@ -346,8 +357,8 @@ def format_text(result: dict) -> str:
         if s["advice"]:
             lines.append(f"  advice for {name}: {', '.join(s['advice'])}")
         for change in s["applied"]:
-            lines.append(f"  applied live in {name}: {change['id']} {change.get('params')} at step {change['step']}: "
-                         f"{rates_text(change)} — {result_text(change)}")
+            lines.append(f"  applied live in {name}: {change['id']} {params_text(change.get('params') or {})} "
+                         f"tried from step {change['step']}: {rates_text(change)} — {result_text(change)}")
         if s["since_step"] is not None:
             lines.append(f"  {name} is compared from step {s['since_step']} on, as it ran after fastmon's last change")
     return "\n".join(lines)

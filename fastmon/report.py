@@ -325,7 +325,7 @@ def format_text(s: dict) -> str:
         lines.append("  applied live:")
         for a in s["applied"]:
             told = (ExperimentState.FAILED, ExperimentState.INCOMPLETE, ExperimentState.NOT_JUDGED)
-            lines.append(f"   • {a['id']} {params_text(a.get('params') or {})} at step {a['step']}: {rates_text(a)} — "
+            lines.append(f"   • {a['id']} {params_text(a.get('params') or {})} tried from step {a['step']}: {rates_text(a)} — "
                          f"{result_text(a)}" + (f" ({a['error']})" if a.get("error") and a.get("state") not in told
                                                 else ""))
             how = measured_text(a)

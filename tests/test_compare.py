@@ -209,3 +209,25 @@ def test_a_phase_that_grew_is_named_where_the_whole_step_came_out_shorter():
     why = what_explains(a, b, moved, "no measurable change")
     assert why["phase"] == "data_wait" and why["ms_per_step"] == 12.8 and why["beyond_noise"]
     assert what_explains(a, b, [], "no measurable change") is None
+
+
+def test_a_phase_s_figure_is_the_table_s_where_the_first_steps_were_all_timed():
+    # the probe times every step at first and a sample later: the guard's phase figure read
+    # "forward 0.62 → 2.50 ms" beside a table of 1.34 → 2.34 ms, and failed CI on it
+    from fastmon.advisor.window import Window
+    from fastmon.common.phases import STEP_FIELDS, StepRow
+    from fastmon.compare import phase_noise
+    from fastmon.step_table import StepTable
+
+    def row(step, forward_ms, timed):
+        values = dict.fromkeys(STEP_FIELDS, 0)
+        values.update(step=step, samples=32, timed=int(timed), wall=0.010, forward=forward_ms / 1e3,
+                      data_wait=0.010 - forward_ms / 1e3)
+        return StepRow(**values)
+
+    rows = [row(s, 1.0, True) for s in range(50)] + [row(s, 5.0, s % 20 == 0) for s in range(50, 1000)]
+    window = Window.from_rows(rows)
+    table_ms = window.share("forward") * window.wall / window.steps * 1e3  # as compare's table has it
+    assert table_ms == pytest.approx(4.8, rel=0.01)
+    assert phase_noise(StepTable.from_rows(rows), list(range(1000)))["forward"]["ms"] == pytest.approx(table_ms,
+                                                                                                   rel=0.01)

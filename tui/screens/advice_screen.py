@@ -26,7 +26,7 @@ def advice_markdown(a: dict, can_apply: bool) -> str:
     result = a.get("result")
     if result:
         tried = ", ".join(f"{t['params']} → {t['samples_per_s']:,.1f}/s" for t in result.get("tried", []))
-        lines.append(f"\n**Applied live at step {result['step']}:** {result['before_samples_per_s']:,.1f} → "
+        lines.append(f"\n**Tried live from step {result['step']}:** {result['before_samples_per_s']:,.1f} → "
                      f"{result.get('after_samples_per_s') or 0:,.1f} samples/s: {result_text(result)}"
                      + (f" (tried {tried})" if tried else ""))
     keys = ["`a` apply live" if can_apply else None, "`d` dismiss", "`escape` close"]
