@@ -163,14 +163,17 @@ def measured_text(result: dict) -> str:
         pairs = result.get("pairs") or 0
         text = (f"measured interleaved: {pairs} pair{'s' if pairs != 1 else ''} of blocks, "
                 f"{after['steps']} steps with it, {before['steps']} without")
+    elif result.get("method") == "epochs" and before.get("startup_s"):
+        # one set of steps, two ways: the "before" is built, and says from what
+        text = (f"measured over whole epochs: steps {steps_text(after['blocks'])} as they ran (after), and the same "
+                f"steps with their epoch starts waiting {before['startup_s']:.2f} s in all, as restarts of the "
+                f"workers took before the change (before)")
     else:
         text = f"measured over steps {steps_text(before['blocks'])} (before) and {steps_text(after['blocks'])} (after)"
-        if result.get("method") == "epochs":
-            text += ", whole epochs"
-    start_ups = [f"{side} {w['startup_s']:.2f} s" for side, w in (("before", before), ("after", after))
-                 if w.get("startup_s")]
-    if start_ups:
-        text += "; worker start-ups accounted: " + ", ".join(start_ups)
+        start_ups = [f"{side} {w['startup_s']:.2f} s" for side, w in (("before", before), ("after", after))
+                     if w.get("startup_s")]
+        if start_ups:
+            text += "; worker start-ups accounted: " + ", ".join(start_ups)
     if result.get("predicted"):
         text += f"; estimated {result['predicted']:.2f}x before it"
         if len(result.get("tried") or ()) > 1:

@@ -281,6 +281,12 @@ def test_persistent_workers_are_measured_over_whole_epochs():
     assert result["before"]["startup_s"] == pytest.approx(2.0 * 78 / 40)
     assert result["before_samples_per_s"] == pytest.approx(78 * 32 / (78 * 0.02 + 2.0 * 78 / 40), rel=1e-3)
     assert result["holds_from"] == 160
+    # and the report says the "before" is built, from what
+    from fastmon.common.verdicts import measured_text
+
+    assert measured_text(result).startswith(
+        "measured over whole epochs: steps 160-239 as they ran (after), and the same steps with their epoch starts "
+        "waiting 3.90 s in all, as restarts of the workers took before the change (before)")
 
 
 # --- interleaved trials -------------------------------------------------------------
