@@ -155,7 +155,7 @@ def percent(text: str) -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value < 1000:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0 to 1000 (5 for 5%)")
     return value
 
 

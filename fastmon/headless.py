@@ -31,7 +31,8 @@ def status_line(view, argv: list[str] = ()) -> str:
     count = first_count(view.events)
     if not steps:
         # "0.0 steps/s" while the script imports and loads its data reads like a stall
-        return "[fastmon] step 0 | no training step has ended yet (a step ends at optimizer.step())"
+        return (f"[fastmon] {clock(view.elapsed())} step 0 | no training step has ended yet "
+                "(a step ends at optimizer.step())")
     shown = recent(current_rows(list(rows), list(view.applied), rank0.left_out), STATUS_WINDOW)
     window = Window.from_rows(shown)
     shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)

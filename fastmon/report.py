@@ -6,7 +6,7 @@ import signal
 import time
 
 from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
-from fastmon.common.phases import PHASES
+from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.common.verdicts import ExperimentState, is_recommended, measured_text, params_text, rates_text, result_text
 
 
@@ -176,7 +176,8 @@ def compute_lines(c: dict | None) -> list[str]:
             lines.append("    per rank: " + ", ".join(
                 f"rank {r['rank']} {si(r['tflops_per_s'] * 1e12, 'FLOP/s')}"
                 + (f" MFU {r['mfu']:.1%}" if r["mfu"] is not None else "") for r in c["ranks"])
-                + (f"; mean MFU {c['mfu_mean']:.1%}" if c.get("mfu_mean") is not None else ""))
+                + f"; mean {si(sum(r['tflops_per_s'] for r in c['ranks']) / len(c['ranks']) * 1e12, 'FLOP/s')}"
+                + (f", MFU {c['mfu_mean']:.1%}" if c.get("mfu_mean") is not None else ""))
     return lines
 
 
@@ -216,6 +217,10 @@ def format_text(s: dict) -> str:
     steady = "steady run " if s.get("steady_steps", s["steps"]) < s["steps"] else ""
     samples = (f"{s['samples_per_s']:,.1f} samples/s" if s.get("samples") else
                "samples unknown (no DataLoader batch and no model input seen)")
+    ranks = s.get("ranks") or []
+    if len(ranks) > 1:  # the headline is the first rank's: said, with the job's rate beside it
+        samples += (f" (rank {ranks[0]['rank']}'s; the job's {sum(r['samples_per_s'] for r in ranks):,.1f} over "
+                    f"{len(ranks)} ranks)")
     lines.append(
         f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {steady}{s['steps_per_s']:.2f} steps/s · "
         f"{samples} · {ending(exit_code)}")
@@ -245,7 +250,8 @@ def format_text(s: dict) -> str:
             line += (f" (a timed step costs ~{price['timed_step_us'] / 1e3:.2f} ms here, measured on "
                      f"{price['measured']}: one in ~{price['one_in']:.0f} is timed)")
         lines.append(line)
-    lines.append(f"  {'phase':<10} {'share':>7} {'median ms':>10} {'p90 ms':>9}")
+    lines.append(f"  {'phase':<10} {'share':>7} {'median ms':>10} {'p90 ms':>9}"
+                 + (f"  (rank {ranks[0]['rank']}; each rank's below)" if len(ranks) > 1 else ""))
     for phase in PHASES:
         share = s["phases"][phase]
         bar = "█" * round(share * 30)
@@ -279,7 +285,8 @@ def format_text(s: dict) -> str:
     lines += compute_lines(s.get("compute"))
     if s.get("ranks"):
         lines.append("")
-        lines.append(f"  {'rank':<5} {'steps':>6} {'steps/s':>8} {'step ms':>8} " + " ".join(f"{p[:8]:>8}" for p in PHASES))
+        lines.append(f"  {'rank':<5} {'steps':>6} {'steps/s':>8} {'step ms':>8} "
+                     + " ".join(f"{PHASE_LABELS[p]:>8}" for p in PHASES))
         for r in s["ranks"]:
             lines.append(f"  {r['rank']:<5} {r['steps']:>6} {r['steps_per_s']:>8.2f} {r['step_ms']['median']:>8.2f} "
                          + " ".join(f"{r['phases'][p]:>8.1%}" for p in PHASES))

@@ -35,6 +35,10 @@ def test_two_ranks_and_the_slow_one_is_the_straggler(run_fastmon, report, tmp_pa
     assert summary["straggler"] == 1
     assert ranks[1]["phases"]["data_wait"] > ranks[0]["phases"]["data_wait"]
     assert "comm" in ranks[0]["phases"]
+    text = format_text(summarize(run_dirs(tmp_path)[-1]))
+    job = sum(r["samples_per_s"] for r in ranks.values())
+    assert f"samples/s (rank 0's; the job's {job:,.1f} over 2 ranks)" in text
+    assert re.search(r"rank +steps +steps/s +step ms +data +h2d +fwd +bwd +opt +sync +comm +other", text)
     # rank 0's collectives are its wait for rank 1: the verdict is the straggler's, on every surface
     assert summary["compute"]["bound_rank"] == 1 and summary["verdict"]["issue"].startswith("data-bound")
     assert summary["verdict"]["why"].startswith("rank 1, the straggler the other ranks wait for: ")
@@ -54,7 +58,8 @@ def test_two_ranks_and_the_slow_one_is_the_straggler(run_fastmon, report, tmp_pa
     mfu = {r["rank"]: r["mfu"] for r in compute["ranks"]}
     assert mfu == {rank: pytest.approx(r["tflops_per_s"] / 67, rel=1e-3) for rank, r in per_rank.items()}
     assert compute["mfu_mean"] == pytest.approx((mfu[0] + mfu[1]) / 2, rel=1e-3)
-    assert re.search(r"per rank: rank 0 .+ MFU \d.+, rank 1 .+ MFU .+; mean MFU", format_text(summarize(on_h100)))
+    assert re.search(r"per rank: rank 0 .+ MFU \d.+, rank 1 .+ MFU .+; mean .+FLOP/s, MFU",
+                     format_text(summarize(on_h100)))
 
 
 @pytest.mark.e2e
