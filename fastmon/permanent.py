@@ -101,24 +101,48 @@ def edited(source: str, line: int, change: dict) -> str:
                       change["code"].encode()))
     elif change["edit"] == KEYWORDS:
         existing = {kw.arg: kw for kw in call.keywords if kw.arg}
-        added = []
+        added: dict[ast.Call, list[str]] = {}
         for key, value in change["keywords"].items():
-            if key in existing:
-                node = existing[key].value
+            node = existing[key].value if key in existing else None
+            option = node is not None and argument_of(tree, node)
+            if option:  # set from the script's command line (args.num_workers): its default changes
+                default = next((kw.value for kw in option.keywords if kw.arg == "default"), None)
+                if default is not None:
+                    edits.append((at(default.lineno, default.col_offset),
+                                  at(default.end_lineno, default.end_col_offset), repr(value).encode()))
+                else:
+                    added.setdefault(option, []).append(f"default={value!r}")
+            elif node is not None:
                 edits.append((at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset),
                               repr(value).encode()))
             else:
-                added.append(f"{key}={value!r}")
-        if added:
-            close = at(call.end_lineno, call.end_col_offset) - 1  # the call's ")"
+                added.setdefault(call, []).append(f"{key}={value!r}")
+        for into, words in added.items():
+            close = at(into.end_lineno, into.end_col_offset) - 1  # the call's ")"
             before = text[:close].rstrip()
             comma = b"" if before.endswith((b"(", b",")) else b", "
-            edits.append((close, close, comma + ", ".join(added).encode()))
+            edits.append((close, close, comma + ", ".join(words).encode()))
     else:
         raise NotWritten("written by hand")
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return text.decode()
+
+
+def argument_of(tree: ast.AST, value: ast.expr) -> ast.Call | None:
+    """The script's ``add_argument`` call that ``value`` (``args.num_workers``) reads, if
+    that is what it is: a change written there keeps the script's own option working."""
+    if not (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and call_name(node) == "add_argument":
+            dest = next((kw.value.value for kw in node.keywords
+                         if kw.arg == "dest" and isinstance(kw.value, ast.Constant)), None)
+            options = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            named = next((o for o in options if o.startswith("--")), options[0] if options else "")  # as argparse
+            if (dest or named.lstrip("-").replace("-", "_")) == value.attr:
+                return node
+    return None
 
 
 def call_name(node: ast.Call) -> str:

@@ -118,7 +118,10 @@ def test_the_demos_trials_claim_what_the_record_holds_and_its_patch_runs(run_fas
     assert keep["location"] == "starved.py:57" and "num_workers=" in keep["code"]
     done = run_patched(tmp_path, "starved.py", "--epochs", "1", "--samples", "320")
     assert done.returncode == 0, done.stderr
-    assert f"num_workers={workers['params']['num_workers']}" in (tmp_path / "starved.py").read_text()
+    # starved.py takes its count from --num-workers: the option's default changes, the option still works
+    patched = (tmp_path / "starved.py").read_text()
+    assert f'parser.add_argument("--num-workers", type=int, default={workers["params"]["num_workers"]})' in patched
+    assert "num_workers=args.num_workers" in patched
 
 
 @pytest.mark.e2e
@@ -229,3 +232,18 @@ def test_a_line_for_each_rule_that_applies_live():
             kept = rule.permanent({}, Facts(values=facts()))
             line = as_dict(kept, WHERE.get(rule_id))["code"]
             assert "torch" in line or "zero_grad" in line or "DataLoader" in line, rule_id
+
+
+def test_a_setting_the_script_reads_from_its_options_is_kept_as_the_option_s_default():
+    source = ("import argparse\nparser = argparse.ArgumentParser()\n"
+              "parser.add_argument('-w', '--num-workers', type=int)\n"
+              "parser.add_argument('--pin', dest='pin_memory', default=False)\n"
+              "args = parser.parse_args([])\n"
+              "loader = DataLoader(data, num_workers=args.num_workers, pin_memory=args.pin_memory, batch_size=8)\n")
+    change = {"edit": "keywords", "calls": ["DataLoader"], "code": "",
+              "keywords": {"num_workers": 16, "pin_memory": True, "persistent_workers": True}}
+    new = edited(source, 6, change)
+    assert "parser.add_argument('-w', '--num-workers', type=int, default=16)" in new
+    assert "parser.add_argument('--pin', dest='pin_memory', default=True)" in new
+    assert ("DataLoader(data, num_workers=args.num_workers, pin_memory=args.pin_memory, batch_size=8, "
+            "persistent_workers=True)") in new
