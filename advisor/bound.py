@@ -51,8 +51,9 @@ def bound(shares: dict, gpu: GpuBusy | None, on_gpu: bool, recurring_data: float
     found = limit(comm, gpu, on_gpu)
     if found is None or data < DATA_BOUND_SHARE:
         return found
-    # a large wait all in one step: said, where the shares beside the verdict show it
-    return found[0], f"{found[1]}; the data wait ({data:.0%} of these steps' time) is nearly all one step's"
+    # a large wait in few steps: said, where the shares beside the verdict show it
+    return found[0], (f"{found[1]}; the data wait ({data:.0%} of these steps' time) is not every step's: "
+                      f"{recurring_data:.0%} without its longest one")
 
 
 def limit(comm: float, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | None:
@@ -66,8 +67,8 @@ def limit(comm: float, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | N
     sms = f", its SMs active {gpu.sm_active:.0f}%" if gpu.sm_active is not None else ""
     if gpu.util < LAUNCH_BOUND_BUSY:
         return LAUNCH, (f"the GPU is busy {gpu.util:.0f}% of the steps' time{sms} and the host is not waiting for "
-                        f"data: the GPU waits for the CPU to issue its kernels; a step could take as little as "
-                        f"{gpu.util / 100:.0%} of its time (up to {100 / max(gpu.util, 1):.1f}x) if launching were free")
+                        f"data: it waits for kernel launches (up to {100 / max(gpu.util, 1):.1f}x if launching were "
+                        f"free)")
     if gpu.sm_active is not None and gpu.sm_active < UNDERFILLED_SM_ACTIVE:
         return UNDERFILLED, (f"a kernel runs {gpu.util:.0f}% of the steps' time but the SMs are active "
                              f"{gpu.sm_active:.0f}%: the kernels are too small to fill the GPU")
@@ -89,7 +90,7 @@ def kernel_share(window, facts) -> tuple[float, str]:
     return busy / 100, f"the GPU is busy {busy:.0f}% of the steps' time"
 
 
-def remedies(limit: str, compiled: bool) -> list[str]:
+def remedies(verdict: str, compiled: bool) -> list[str]:
     """What a launch-bound or under-filled step can try, most likely first; else none."""
-    table = {LAUNCH: LAUNCH_REMEDIES, UNDERFILLED: UNDERFILLED_REMEDIES}.get(limit, {})
+    table = {LAUNCH: LAUNCH_REMEDIES, UNDERFILLED: UNDERFILLED_REMEDIES}.get(verdict, {})
     return [text for key, text in table.items() if not (compiled and key == "compile")]

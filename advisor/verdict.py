@@ -29,11 +29,12 @@ class Verdict:
 
 
 def verdict(found: tuple[str, str] | None, shares: dict, advice: list[dict], applied: list[dict],
-            gpu: GpuBusy | None = None, compiled: bool = False) -> Verdict | None:
+            gpu: GpuBusy | None = None, compiled: bool = False, straggler: int | None = None) -> Verdict | None:
     """``found``: ``bound``'s (limit, evidence) of the window; ``shares``: its phases'
     shares; ``advice``: the advisor's, each with its status; ``applied``: fastmon's changes
     (a limit that remains after one was kept is "still" there); ``gpu``: how busy the GPU
-    was over the window. None without a limit."""
+    was over the window; ``straggler``: the rank whose steps these are, where the other
+    ranks wait for it. None without a limit."""
     if found is None:
         return None
     limit, why = found
@@ -43,9 +44,8 @@ def verdict(found: tuple[str, str] | None, shares: dict, advice: list[dict], app
              UNDERFILLED: f"under-filled (SMs active {gpu.sm_active:.0f}%)" if gpu and gpu.sm_active is not None
              else "under-filled",
              }.get(limit, limit)
-    if limit == LAUNCH and gpu is not None:  # the bound's evidence, told short
-        why = (f"the GPU is busy {gpu.util:.0f}% of the steps' time and the host is not waiting for data: it waits "
-               f"for kernel launches (up to {100 / max(gpu.util, 1):.1f}x if launching were free)")
+    if straggler is not None:
+        issue, why = f"{issue} on rank {straggler}", f"rank {straggler}, the straggler the other ranks wait for: {why}"
     if limit != COMPUTE and any(a.get("kept") for a in applied):
         issue = f"still {issue}"
     return Verdict(issue, why, next_step(limit, advice, compiled))

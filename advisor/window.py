@@ -125,7 +125,10 @@ class Window:
     first_step: int = 0
     last_step: int = 0
     own_work_median: float = 0.0  # per step: wall minus the phases where a rank waits for others
-    longest_data_wait: float = 0.0  # the one timed step that waited longest for its batch
+    # the timed step that waited longest for its batch: its part of the data wait's total, and
+    # of the window's time (with the untimed steps it stands for)
+    longest_data_wait: float = 0.0
+    longest_data_segment: float = 0.0
 
     @classmethod
     def from_rows(cls, rows) -> "Window":
@@ -180,7 +183,10 @@ class Window:
         w.mem_steps = rows[-1].step - rows[0].step
         w.mem_peak = max(col("mem_peak"))
         w.micro_batches = sum(col("micro_batches"))
-        w.longest_data_wait = max(timed[i].data_wait or 0 for i in training)
+        longest = max(training, key=lambda i: timed[i].data_wait or 0)
+        if timed[longest].wall > 0:
+            w.longest_data_segment = scale * stands_for[longest][0]
+            w.longest_data_wait = (timed[longest].data_wait or 0) / timed[longest].wall * w.longest_data_segment
         waits = [COLUMN[p] for p in WAIT_PHASES if p in COLUMN]
         w.own_work_median = weighted_quantile([(timed[i].wall - sum(timed[i][k] or 0 for k in waits),
                                                 stands_for[i][1]) for i in order], 0.5)
@@ -202,12 +208,12 @@ class Window:
 
     @property
     def recurring_data_wait(self) -> float | None:
-        """The data wait's share of the time without the one step that waited longest: a
-        wait all in one step (a first batch, workers starting) is not the steps' habit.
-        None without timed steps."""
+        """The data wait's share of the time without the timed step that waited longest (and
+        the steps it stands for): a wait all in one step (a first batch, workers starting)
+        is not the steps' habit. None without timed steps."""
         if not self.timed_steps:
             return None
-        rest = sum(self.phase_totals.values()) - self.longest_data_wait
+        rest = sum(self.phase_totals.values()) - self.longest_data_segment
         return max(self.phase_totals["data_wait"] - self.longest_data_wait, 0.0) / rest if rest > 0 else 0.0
 
     @property

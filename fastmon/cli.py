@@ -20,6 +20,7 @@ from fastmon.records import DEFAULT_RUNS_DIR
 EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses 2)
 EXIT_NOT_COMPARABLE = 3  # the CI guard was asked to judge runs of different work
 EXIT_SLOWER = 4  # the CI guard found the new run slower beyond noise and beyond its limit
+EXIT_NOT_WRITTEN = 5  # report --patch could write none of the changes asked for (each said why)
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
 EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
@@ -154,7 +155,7 @@ def percent(text: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value < 1000:
+    if not 0 <= value <= 1000:
         raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0 to 1000 (5 for 5%)")
     return value
 
@@ -368,13 +369,14 @@ def cmd_report(argv: list[str]) -> int:
         if args.patch:
             from fastmon.permanent import patch
 
-            diff, skipped = patch(summary["permanent"], Path.cwd())
+            started_in = summary.get("cwd")  # where the run's script paths start from
+            diff, skipped = patch(summary["permanent"], Path.cwd(), Path(started_in) if started_in else None)
             sys.stdout.write(diff)
             for line in skipped:
                 sys.stderr.write(f"fastmon: not in the patch: {line}\n")
             if not diff and not skipped:
                 sys.stderr.write("fastmon: nothing to make permanent: no change was measured faster\n")
-            return 0
+            return EXIT_NOT_WRITTEN if skipped and not diff else 0
         print(json.dumps(summary, indent=1) if args.json else format_text(summary))
         return 0
 

@@ -102,8 +102,15 @@ def edited(source: str, line: int, change: dict) -> str:
     elif change["edit"] == KEYWORDS:
         existing = {kw.arg: kw for kw in call.keywords if kw.arg}
         added: dict[ast.Call, list[str]] = {}
+        workers = existing.get("num_workers")
         for key, value in change["keywords"].items():
             node = existing[key].value if key in existing else None
+            if key == "persistent_workers" and value is True and workers is not None \
+                    and argument_of(tree, workers.value):
+                # the count stays the script's option: persistent workers only where it gives some
+                # (persistent_workers=True with --num-workers 0 is a ValueError in DataLoader)
+                source_text = ast.get_source_segment(source, workers.value)
+                value = Expression(f"{source_text} > 0")
             option = node is not None and argument_of(tree, node)
             if option:  # set from the script's command line (args.num_workers): its default changes
                 default = next((kw.value for kw in option.keywords if kw.arg == "default"), None)
@@ -129,10 +136,18 @@ def edited(source: str, line: int, change: dict) -> str:
     return text.decode()
 
 
+class Expression(str):
+    """Code written as it is (``args.num_workers > 0``), where a value would be quoted."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 def argument_of(tree: ast.AST, value: ast.expr) -> ast.Call | None:
     """The script's ``add_argument`` call that ``value`` (``args.num_workers``) reads, if
     that is what it is: a change written there keeps the script's own option working."""
-    if not (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)):
+    if not (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
+            and value.value.id in parsed_names(tree)):
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and call_name(node) == "add_argument":
@@ -143,6 +158,20 @@ def argument_of(tree: ast.AST, value: ast.expr) -> ast.Call | None:
             if (dest or named.lstrip("-").replace("-", "_")) == value.attr:
                 return node
     return None
+
+
+def parsed_names(tree: ast.AST) -> set[str]:
+    """The names the script binds to its parsed options: ``args = parser.parse_args()``
+    (or the first of ``parse_known_args()``'s pair)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                and call_name(node.value) in ("parse_args", "parse_known_args"):
+            for target in node.targets:
+                first = target.elts[0] if isinstance(target, ast.Tuple) and target.elts else target
+                if isinstance(first, ast.Name):
+                    names.add(first.id)
+    return names
 
 
 def call_name(node: ast.Call) -> str:
@@ -175,9 +204,10 @@ def after_import(source: str, statement: str) -> str:
     return "".join(lines[:at] + new + lines[at:])
 
 
-def patch(changes: list[dict], cwd: Path) -> tuple[str, list[str]]:
-    """A unified diff writing ``changes`` into their scripts (paths as from ``cwd``), and
-    a line for each change it could not write, saying why."""
+def patch(changes: list[dict], cwd: Path, run_cwd: Path | None = None) -> tuple[str, list[str]]:
+    """A unified diff writing ``changes`` into their scripts (their locations as from
+    ``run_cwd``, where the run started; the diff's paths as from ``cwd``), and a line for
+    each change it could not write, saying why."""
     by_file: dict[Path, list[tuple[int, dict]]] = {}
     skipped = []
     for change in changes:
@@ -185,7 +215,7 @@ def patch(changes: list[dict], cwd: Path) -> tuple[str, list[str]]:
             skipped.append(f"{line_text(change)}: by hand")
             continue
         path, line = split_location(change["location"])
-        by_file.setdefault(path, []).append((line, change))
+        by_file.setdefault(Path(run_cwd or cwd) / path, []).append((line, change))
     out = []
     for path, edits in by_file.items():
         try:

@@ -15,7 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from fastmon.advisor import Window, recent
 from fastmon.common.phases import PHASES
 from fastmon.common.verdicts import params_text
-from fastmon.summary import busy_during, current_rows, job_bound, judged_steps, rank_table, window_summary
+from fastmon.summary import (bound_of, busy_during, current_rows, gpu_of, judged_steps, rank_table,
+                             window_summary)
 
 RECENT_STEPS = 200  # the steps the phase shares and the verdict are of: the run as it is now
 LABELS = ("run", "node", "rank")
@@ -57,7 +58,7 @@ class Metrics:
             # as the status line and the dashboard judge it: the first GPU over these steps, the
             # straggler's steps where the ranks wait for one
             judged, slow = judged_steps(window_summary(window), ranks, slowest)
-            said = job_bound(judged, slow, busy_during(list(view.gpu), rows), on_gpu)
+            said = bound_of(judged, gpu_of(busy_during(list(view.gpu), rows), slow), on_gpu)
             if said is not None:
                 verdict.add_metric((*labels, said[0]), 1)
         yield from (steps, samples, step_time, shares, verdict)

@@ -91,7 +91,7 @@ def resolve_run(spec: str, runs_dir: str | os.PathLike = DEFAULT_RUNS_DIR) -> Pa
     if path.is_file() and path.name == RECORD_FILE:
         path = path.parent
     if not path.exists():
-        raise FileNotFoundError(f"{spec} does not exist (runs are folders under {runs_dir}/)")
+        raise FileNotFoundError(f"{spec} does not exist (give a run folder, as under {runs_dir}/, or latest)")
     if not (path / RECORD_FILE).exists():
         raise FileNotFoundError(f"{spec} is not a fastmon run folder (no {RECORD_FILE})")
     return path

@@ -182,7 +182,8 @@ def compute_lines(c: dict | None) -> list[str]:
 
 
 def verdict_lines(s: dict) -> list[str]:
-    """The run's verdict (``advisor.verdict``), and for a launch-bound run what else to try."""
+    """The run's verdict (``advisor.verdict``), and for a launch-bound or under-filled run
+    what else to try."""
     v = s.get("verdict")
     if not v:
         return []

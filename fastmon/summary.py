@@ -42,7 +42,8 @@ def window_summary(window: Window) -> dict:
                      for p in PHASES},
         "step_ms": {"median": round(window.step_median * 1e3, 4), "p90": round(window.step_p90 * 1e3, 4)},
         "own_work_ms": round(window.own_work_median * 1e3, 4),
-        "data_wait_recurring": window.recurring_data_wait,  # the share without the longest wait: is it a habit
+        # the data wait's share without its longest one: is it a habit
+        "data_wait_recurring": None if (recurring := window.recurring_data_wait) is None else round(recurring, 5),
     }
 
 
@@ -188,21 +189,29 @@ def rank_table(rank_rows: dict, steps: int) -> tuple[list[dict], int | None]:
     return ranks, straggler(ranks)
 
 
-def judged_steps(own: dict, ranks: list[dict], straggler: int | None) -> tuple[dict, int | None]:
+def ranks_since(tables: dict[int, StepTable], slowed: dict, step: int | None) -> list[dict]:
+    """Each rank's steady steps from ``step`` on (all of them for None), as
+    ``window_summary``s: under DDP, the steps the run's verdict reads."""
+    out = []
+    for rank, table in sorted(tables.items()):
+        start = table.position(step) if step is not None else 0
+        out.append({"rank": rank, **window_summary(table.window(start, None, set(steady_left_out(
+            table, slowed.get(rank, {})))))})
+    return out
+
+
+def judged_steps(own: dict, ranks: list[dict], slowest: int | None) -> tuple[dict, int | None]:
     """The steps the verdict reads (a ``window_summary``), and the straggler's rank where
     they are its: DDP ranks wait for the slowest in their collectives, so a fast rank's
     "communication" is the straggler's own time (rank 0 read "communication-bound 91%"
     while rank 1 waited 77% of its step for data). Else ``own``, and None."""
-    slow = next((r for r in ranks if r["rank"] == straggler), None)
-    return (slow, straggler) if slow else (own, None)
+    slow = next((r for r in ranks if r["rank"] == slowest), None)
+    return (slow, slowest) if slow else (own, None)
 
 
-def job_bound(steps: dict, straggler: int | None, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | None:
-    """``bound`` of ``judged_steps``'s steps, naming the straggler where they are its."""
-    found = bound(steps["phases"], gpu, on_gpu, steps.get("data_wait_recurring"))
-    if found and straggler is not None:
-        return found[0], f"rank {straggler}, the straggler the other ranks wait for: {found[1]}"
-    return found
+def bound_of(steps: dict, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | None:
+    """``bound`` of a ``window_summary``'s steps."""
+    return bound(steps["phases"], gpu, on_gpu, steps.get("data_wait_recurring"))
 
 
 def summarize(run_dir) -> dict:
@@ -221,6 +230,7 @@ def summarize(run_dir) -> dict:
         slowed = slowed_steps(events)
         left_out = steady_left_out(primary, slowed.get(ranks[0] if ranks else 0, {}))
         summary = {"run": ", ".join(map(str, dirs)), "folders": len(dirs), "script": meta.get("script"),
+                   "cwd": meta.get("cwd"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
                    **steady_summary(primary, set(left_out))}
         summary["startup_steps"] = [{"step": step, "wall_s": round(primary.walls[primary.position(step)], 4),
@@ -259,8 +269,10 @@ def summarize(run_dir) -> dict:
         summary["changes"] = before_and_after(primary, summary["applied"], set(left_out))
         summary["timing"] = facts.get("timing")  # the probe's measure of what a timed step costs
         summary["compile"] = facts.get("compile")
-        summary["compute"] = compute(summary, events, primary, facts)
-        summary["verdict"] = run_verdict(summary, facts)
+        ranks_now = ranks_since(tables, slowed, (summary["changes"] or {}).get("after", {}).get("from_step")) \
+            if len(ranks) > 1 else []
+        summary["compute"] = compute(summary, events, primary, facts, ranks_now)
+        summary["verdict"] = run_verdict(summary, facts, ranks_now)
         summary["probe_faults"] = [e for e in events if e["kind"] == "probe_fault"]
         summary["profiles"] = [e for e in events if e["kind"] == "profile"]
         summary["spawned_training"] = [e for e in events if e["kind"] == "spawned_training"]
@@ -363,12 +375,21 @@ def samples_during(samples: list[tuple[float, str, list[dict]]], span: tuple[flo
     return during
 
 
-def busy_during(gpu_timed: list, rows, first_step: int | None = None) -> GpuBusy | None:
-    """How busy the first GPU was while ``rows`` ran (from ``first_step`` on, if given):
-    the figure the report, the advisor and the verdict all use, over the steps they speak of."""
+def busy_during(gpu_timed: list, rows, first_step: int | None = None) -> dict[int, GpuBusy]:
+    """How busy each GPU was while ``rows`` ran (from ``first_step`` on, if given): the
+    figure the report, the advisor and the verdict all use, over the steps they speak of."""
     if first_step is not None:
         rows = [r for r in rows if r.step >= first_step]
-    return next(iter(busy_in_span(gpu_timed, rows_span(rows)).values()), None)
+    return busy_in_span(gpu_timed, rows_span(rows))
+
+
+def gpu_of(busy: dict[int, GpuBusy], rank: int | None) -> GpuBusy | None:
+    """The GPU a rank's steps ran on: local rank r on the node's r-th GPU (torchrun's
+    cuda:LOCAL_RANK with every GPU visible); the first one for one process (None)."""
+    if not busy:
+        return None
+    indexes = sorted(busy)
+    return busy[indexes[rank % len(indexes)] if rank is not None else indexes[0]]
 
 
 def rows_span(rows) -> tuple[float, float] | None:
@@ -386,20 +407,22 @@ def counted_samples(count: dict | None, rows) -> int:
     return next((r.samples or 0 for r in rows if count and r.step == count["from_step"]), 0)
 
 
-def compute(summary: dict, events: list[dict], table: StepTable, facts: dict) -> dict:
+def compute(summary: dict, events: list[dict], table: StepTable, facts: dict, ranks_now: list[dict]) -> dict:
     """The model's FLOPs (the probe's count on one step), the rate the steady run reaches,
-    its MFU against the chip's datasheet peak, and which limit the run presses on."""
+    its MFU against the chip's datasheet peak, and which limit the run presses on (under
+    DDP, ``ranks_now``: each rank over the report's "after" steps)."""
     on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
     devices = summary["gpu"].get("devices") or []
-    util = devices[0].get("util_in_steps") if devices else None
-    busy = GpuBusy(util, devices[0].get("sm_active_in_steps")) if util is not None else None
     now = (summary.get("changes") or {}).get("after") or summary  # the run as it is after fastmon's changes
-    judged, slow = judged_steps(now, summary["ranks"], summary["straggler"])
-    verdict = job_bound(judged, slow, busy, on_gpu)
+    judged, slow = judged_steps(now, ranks_now, straggler(ranks_now))
+    busy = gpu_of({d["index"]: GpuBusy(d["util_in_steps"], d.get("sm_active_in_steps"))
+                   for d in devices if d.get("util_in_steps") is not None}, slow)
+    verdict = bound_of(judged, busy, on_gpu)
     out: dict = {"bound": verdict[0] if verdict else None,
                  "bound_why": verdict[1] if verdict else "no GPU utilization was sampled during the steps",
                  "bound_rank": slow,  # the straggler's steps, where the verdict reads them
-                 "gpu_busy_in_steps": util, "sm_active_in_steps": busy.sm_active if busy else None}
+                 "gpu_busy_in_steps": busy.util if busy else None,
+                 "sm_active_in_steps": busy.sm_active if busy else None}
     if verdict and (tries := remedies(verdict[0], compiled_model(facts))):
         out["remedies"] = tries
     count = first_count(events)
@@ -427,15 +450,15 @@ def compiled_model(facts: dict) -> bool:
         (v or {}).get("wrapper") == "torch.compile" for k, v in facts.items() if k.startswith("model."))
 
 
-def run_verdict(summary: dict, facts: dict) -> dict | None:
+def run_verdict(summary: dict, facts: dict, ranks_now: list[dict]) -> dict | None:
     """The verdict of the steady run as it is after fastmon's changes (the report's "after")."""
     c = summary["compute"]
     now = (summary.get("changes") or {}).get("after") or summary
-    judged, _ = judged_steps(now, summary["ranks"], c.get("bound_rank"))
+    judged, slow = judged_steps(now, ranks_now, c.get("bound_rank"))
     util = c.get("gpu_busy_in_steps")
     busy = GpuBusy(util, c.get("sm_active_in_steps")) if util is not None else None
     found = verdict((c["bound"], c["bound_why"]) if c.get("bound") else None, judged["phases"], summary["advice"],
-                    summary["applied"], busy, compiled_model(facts))
+                    summary["applied"], busy, compiled_model(facts), slow)
     return found.as_dict() if found else None
 
 

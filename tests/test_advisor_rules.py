@@ -419,8 +419,22 @@ def test_one_slow_stretch_among_a_few_steps_is_not_data_bound():
 
     one_step = bound({"data_wait": 0.6}, None, False, recurring_data=0.01)
     assert one_step == ("compute-bound", "the CPU computes the model: the steps do not keep waiting for data or "
-                                         "other ranks; the data wait (60% of these steps' time) is nearly all one step's")
+                                         "other ranks; the data wait (60% of these steps' time) is not every step's: "
+                                         "1% without its longest one")
     assert bound({"data_wait": 0.6}, None, False, recurring_data=0.55)[0] == "data-bound"
+
+
+@pytest.mark.parametrize("timed_every", [1, 20])
+def test_one_long_wait_among_many_steps_is_no_habit_timed_or_sampled(timed_every):
+    # 200 steps of 10 ms, step 100 waiting 3 s for its batch (workers starting): 60% of the time
+    from fastmon.advisor.bound import bound
+
+    steps = [r._replace(data_wait=3.0 * (r.step == 100), wall=r.wall + 3.0 * (r.step == 100),
+                        timed=int(r.step % timed_every == 0))
+             for r in rows(n=200, ms={"forward": 5.0, "backward": 5.0})]
+    window = Window.from_rows(steps)
+    assert window.share("data_wait") > 0.5 and window.recurring_data_wait < 0.01
+    assert bound(window.shares, None, False, window.recurring_data_wait)[0] == "compute-bound"
 
 
 def test_a_wait_that_recurs_in_a_few_steps_is_data_bound_though_most_steps_wait_little():
@@ -436,7 +450,7 @@ def test_a_wait_that_recurs_in_a_few_steps_is_data_bound_though_most_steps_wait_
 
 
 def test_the_verdict_names_the_limit_its_evidence_and_one_next_step():
-    from fastmon.advisor.bound import GpuBusy, remedies
+    from fastmon.advisor.bound import GpuBusy, bound, remedies
     from fastmon.advisor.verdict import DATA_NEXT, NOTHING, verdict
 
     data = ("data-bound", "36% of the step waits for the next batch")
@@ -451,9 +465,17 @@ def test_the_verdict_names_the_limit_its_evidence_and_one_next_step():
     kept = [dict(workers, status="kept"), dict(persistent, status="kept")]
     found = verdict(data, {"data_wait": 0.36}, kept, [{"id": "dataloader.num_workers", "kept": True}])
     assert (found.issue, found.next) == ("still data-bound 36%", DATA_NEXT)
-    found = verdict(("launch-bound", "long"), {}, [], [], gpu=GpuBusy(25.0), compiled=True)
+    launch = bound({}, GpuBusy(25.0), True)
+    found = verdict(launch, {}, [], [], gpu=GpuBusy(25.0), compiled=True)
     assert found.issue == "launch-bound (GPU busy 25%)" and found.next == remedies("launch-bound", True)[0]
     assert "up to 4.0x" in found.why
+    # a straggler's steps: its rank named, in the issue and before the evidence, which stays whole
+    theirs = verdict(bound({"data_wait": 0.4}, GpuBusy(25.0), True, recurring_data=0.1), {}, [], [],
+                     gpu=GpuBusy(25.0), straggler=1)
+    assert theirs.issue == "launch-bound (GPU busy 25%) on rank 1"
+    assert theirs.why.startswith("rank 1, the straggler the other ranks wait for: the GPU is busy 25%")
+    assert theirs.why.endswith("the data wait (40% of these steps' time) is not every step's: 10% without its "
+                               "longest one")
     assert verdict(("compute-bound", "busy"), {}, [habit], [{"kept": True}]).as_dict() == {
         "issue": "compute-bound", "why": "busy", "next": NOTHING}
     assert verdict(None, {}, [workers], []) is None  # a GPU run without NVML's utilization
@@ -484,6 +506,9 @@ def test_a_larger_batch_is_advised_where_the_kernels_leave_most_sms_idle():
     assert "the GPU is busy 95% of the steps' time, its SMs active 28%" in advice.evidence
     busy_full = [[dict(GPU_IDLE[0][0], util=95, sm_active=82, gpm=True)]]
     assert "batch_size" not in fired(rows(n=40), facts(GPU_ENV, [MLP_GPU], LOADER, [SGD], gpu=busy_full))
+    # 55% busy is launch-bound to the verdict: not "kernels too small" here either
+    between = [[dict(GPU_IDLE[0][0], util=55, sm_active=28, gpm=True)]]
+    assert "batch_size" not in fired(rows(n=40), facts(GPU_ENV, [MLP_GPU], LOADER, [SGD], gpu=between))
 
 
 def test_anomaly_detection_is_estimated_from_the_stacks_the_probe_timed():

@@ -84,4 +84,4 @@ def test_gpu_samples_and_device_times_become_counters_of_one_quantity_each(run_f
 def test_a_missing_run_is_named(run_fastmon):
     out = run_fastmon("export", "nowhere")
     assert out.returncode == 66
-    assert "nowhere does not exist (runs are folders under fastmon-runs/)" in out.stderr
+    assert "nowhere does not exist (give a run folder, as under fastmon-runs/, or latest)" in out.stderr

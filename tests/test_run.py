@@ -380,7 +380,7 @@ def test_module_mode(run_fastmon, tmp_path, report):
 def test_report_of_a_missing_run(run_fastmon, tmp_path):
     out = run_fastmon("report", "nowhere")
     assert out.returncode == 66
-    assert "nowhere does not exist (runs are folders under fastmon-runs/)" in out.stderr
+    assert "nowhere does not exist (give a run folder, as under fastmon-runs/, or latest)" in out.stderr
     (tmp_path / "empty").mkdir()
     out = run_fastmon("report", tmp_path / "empty")
     assert out.returncode == 66 and "empty is not a fastmon run folder (no run.sqlite)" in out.stderr

@@ -18,6 +18,7 @@ import pytest
 from conftest import EXAMPLES, SCRIPTS, clean_env, fastmon_cmd, run_dirs
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.rules import BY_ID
+from fastmon.cli import EXIT_NOT_WRITTEN
 from fastmon.permanent import as_dict, edited, line_text, permanent_changes
 from fastmon.common.phases import STEP_FIELDS
 
@@ -116,12 +117,26 @@ def test_the_demos_trials_claim_what_the_record_holds_and_its_patch_runs(run_fas
     # the line that keeps it runs, written into the script
     keep = summary["permanent"][0]
     assert keep["location"] == "starved.py:57" and "num_workers=" in keep["code"]
+    # asked from another folder: the script is found from where the run started
+    (tmp_path / "elsewhere").mkdir()
+    elsewhere = subprocess.run(fastmon_cmd("report", run, "--patch"), cwd=tmp_path / "elsewhere",
+                               capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert elsewhere.returncode == 0 and "+    parser.add_argument(\"--num-workers\"" in elsewhere.stdout, \
+        elsewhere.stderr
     done = run_patched(tmp_path, "starved.py", "--epochs", "1", "--samples", "320")
     assert done.returncode == 0, done.stderr
     # starved.py takes its count from --num-workers: the option's default changes, the option still works
     patched = (tmp_path / "starved.py").read_text()
     assert f'parser.add_argument("--num-workers", type=int, default={workers["params"]["num_workers"]})' in patched
     assert "num_workers=args.num_workers" in patched
+    none = subprocess.run([sys.executable, "starved.py", "--num-workers", "0", "--epochs", "1", "--samples", "320"],
+                          cwd=tmp_path, capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert none.returncode == 0, none.stderr  # the option still works, down to no workers
+    # nothing could be written (the script moved): said, and an exit code of its own for `| git apply`
+    (tmp_path / "starved.py").rename(tmp_path / "moved.py")
+    lost = subprocess.run(fastmon_cmd("report", "--patch"), cwd=tmp_path, capture_output=True, text=True,
+                          env=clean_env(), timeout=60)
+    assert lost.returncode == EXIT_NOT_WRITTEN and not lost.stdout and "cannot be read" in lost.stderr
 
 
 @pytest.mark.e2e
@@ -245,5 +260,10 @@ def test_a_setting_the_script_reads_from_its_options_is_kept_as_the_option_s_def
     new = edited(source, 6, change)
     assert "parser.add_argument('-w', '--num-workers', type=int, default=16)" in new
     assert "parser.add_argument('--pin', dest='pin_memory', default=True)" in new
+    # persistent workers only where the option gives some: DataLoader refuses them with none
     assert ("DataLoader(data, num_workers=args.num_workers, pin_memory=args.pin_memory, batch_size=8, "
-            "persistent_workers=True)") in new
+            "persistent_workers=args.num_workers > 0)") in new
+    # a value from elsewhere (a config object) is written in as before
+    config = source.replace("num_workers=args.num_workers", "num_workers=cfg.num_workers")
+    assert ("DataLoader(data, num_workers=16, pin_memory=args.pin_memory, batch_size=8, persistent_workers=True)"
+            in edited(config, 6, change))

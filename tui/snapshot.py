@@ -23,7 +23,7 @@ from fastmon.common.verdicts import params_text
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, busy_during, compiled_model, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
-                             job_bound, judged_steps, lost_nodes, rank_table, rows_span, steady_span,
+                             bound_of, gpu_of, judged_steps, lost_nodes, rank_table, rows_span, steady_span,
                              busy_in_span, window_summary)
 
 CHART_BUCKETS = 150
@@ -68,6 +68,8 @@ class Snapshot:
     capturing: bool = False  # a torch.profiler capture asked for or under way
     compute: dict = field(default_factory=dict)  # summary.flops_figures at the run's rates
     bound: tuple | None = None  # advisor.bound's (verdict, why) of the recent steps
+    judged_rank: int | None = None  # the straggler whose steps the verdict reads, under DDP
+    judged_data_wait: float = 0.0  # the data wait's share of the steps the verdict reads
     verdict: Verdict | None = None  # issue, why, next: of the same steps (advisor.verdict)
     experiment: dict | None = None  # the live change being measured (ExperimentRunner.progress)
     outcome: dict | None = None  # once the run has ended: ``before_after`` and ``permanent`` (the report's)
@@ -102,13 +104,13 @@ def fill_progress(snap: Snapshot, facts: dict, argv: list[str]) -> None:
 
 def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, facts, argv, host, gpu_samples, gpu_note,
           advice, applied, dropped, replay=None, capturing=False, current: Window | None = None,
-          flops_count: dict | None = None, gpu_busy: GpuBusy | None = None, experiment: dict | None = None,
+          flops_count: dict | None = None, gpu_busy: dict | None = None, experiment: dict | None = None,
           outcome: dict | None = None, selected: StepRow | None = None, rss: list = (),
           losses: list = (), gpu_run: list = (), nodes_lost: dict | None = None) -> Snapshot:
     """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
     ``current``: the steady run since the last change, for a run that has ended (the
     report's figures); else the shares are of the latest steps; ``flops_count``: the
-    probe's ``flops`` event; ``gpu_busy``: how busy the GPU was while the shown steps ran,
+    probe's ``flops`` event; ``gpu_busy``: how busy each GPU was while the shown steps ran,
     for the verdict; ``gpu_run``: each GPU over the ended run, as the report has it."""
     snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps,
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
@@ -116,7 +118,7 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     snap.recent = current or Window.from_rows(recent(since_last_change(rows, applied), RECENT_STEPS))
     snap.buckets, snap.bucket_steps, snap.bucket_first = chart_buckets(rows)
     snap.last_step = rows[-1].step if rows else 0
-    # where each change landed: the chart marks it
+    # where each change's trial began: the chart marks it
     snap.marks = [(r["step"], params_text(r.get("params") or {})) for r in applied if r.get("step") is not None]
     snap.windows = [tuple(w) for r in applied for w in r.get("windows") or ()]
     if experiment:
@@ -145,9 +147,15 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     snap.compute = flops_figures(flops_count, counted_samples(flops_count, rows), run.get("steps_per_s", 0.0),
                                  run.get("samples_per_s", 0.0), facts)
     on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
-    judged, slow = judged_steps(window_summary(snap.recent), snap.ranks, snap.straggler)
-    snap.bound = job_bound(judged, slow, gpu_busy, on_gpu) if snap.recent.steps else None
-    snap.verdict = verdict(snap.bound, judged["phases"], advice, applied, gpu_busy, compiled_model(facts))
+    ranks, slowest = snap.ranks, snap.straggler
+    if current is not None and len(rank_rows) > 1:  # ended: each rank over the report's "after" steps, as it reads them
+        ranks, slowest = rank_table({rank: [r for r in rows_of if r.step >= current.first_step]
+                                     for rank, rows_of in rank_rows.items()}, len(rows))
+    judged, snap.judged_rank = judged_steps(window_summary(snap.recent), ranks, slowest)
+    snap.judged_data_wait = judged["phases"]["data_wait"]
+    gpu = gpu_of(gpu_busy, snap.judged_rank)
+    snap.bound = bound_of(judged, gpu, on_gpu) if snap.recent.steps else None
+    snap.verdict = verdict(snap.bound, judged["phases"], advice, applied, gpu, compiled_model(facts), snap.judged_rank)
     return snap
 
 
@@ -308,9 +316,9 @@ class ReplaySource:
         return steady_span(self.record, self.ranks[0], self.table, self.left_out) if self.ranks else None
 
     @functools.cached_property
-    def _steady_busy(self) -> GpuBusy | None:
-        """How busy the report says the GPU was in the steady run's steps (its first GPU)."""
-        return next(iter(busy_in_span(self.gpu, self._steady_span).values()), None)
+    def _steady_busy(self) -> dict[int, GpuBusy]:
+        """How busy the report says each GPU was in the steady run's steps."""
+        return busy_in_span(self.gpu, self._steady_span)
 
     def _losses_upto(self, chunks: int) -> list[float]:
         """The last losses printed in the log's first ``chunks`` chunks."""

@@ -13,7 +13,7 @@ first, so an out-of-memory never reaches the training loop) only on the user's a
 ``a`` in the dashboard, or ``--allow-batch-change`` with ``--apply auto``.
 """
 
-from fastmon.advisor.bound import UNDERFILLED_SM_ACTIVE
+from fastmon.advisor.bound import LAUNCH_BOUND_BUSY, UNDERFILLED_SM_ACTIVE
 from fastmon.advisor.knobs import PLAIN, batch_setting, framework
 from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, KEYWORDS, Advice, Apply, Permanent
 
@@ -32,7 +32,8 @@ def check(window, facts):
     total = facts.device.get("total_memory") or 0
     if util is None or not total:
         return None
-    underfilled = util > MAX_GPU_UTIL and sm_active is not None and sm_active < UNDERFILLED_SM_ACTIVE
+    # as the verdict reads it: busy enough not to be launch-bound, its SMs mostly idle
+    underfilled = util >= LAUNCH_BOUND_BUSY and sm_active is not None and sm_active < UNDERFILLED_SM_ACTIVE
     if util > MAX_GPU_UTIL and not underfilled:
         return None
     memory_fraction = window.mem_peak / total

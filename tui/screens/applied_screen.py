@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
-from fastmon.common.verdicts import result_text
+from fastmon.common.verdicts import params_text, result_text
 
 
 class AppliedScreen(ModalScreen):
@@ -25,10 +25,10 @@ class AppliedScreen(ModalScreen):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("advice", "step", "setting", "before /s", "after /s", "change", "verdict")
+        table.add_columns("advice", "tried from step", "setting", "before /s", "after /s", "change", "verdict")
         for a in self.applied:
             speedup = a.get("speedup")
-            table.add_row(a["id"], str(a["step"]), str(a.get("params")), f"{a['before_samples_per_s']:,.1f}",
+            table.add_row(a["id"], str(a["step"]), params_text(a.get("params") or {}), f"{a['before_samples_per_s']:,.1f}",
                           f"{a['after_samples_per_s']:,.1f}" if a.get("after_samples_per_s") else "—",
                           f"{speedup:.2f}x" if speedup else "—",
                           result_text(a))

@@ -26,11 +26,20 @@ def segments(shares: dict, width: int) -> list[int]:
     return cells
 
 
-def legend_items(shares: dict, starved: bool) -> list[Text]:
-    """``starved``: the verdict of these steps is data-bound (``advisor.verdict``)."""
+def starved_text(snap) -> str:
+    """What the STARVED banner says: the share the verdict read, and whose (under DDP, the
+    straggler's: the bar beside it is the first rank's)."""
+    if not (snap.bound and snap.bound[0] == DATA):
+        return ""
+    whose = f"rank {snap.judged_rank} " if snap.judged_rank is not None else ""
+    return f"{whose}{snap.judged_data_wait:.0%} waiting for data"
+
+
+def legend_items(shares: dict, starved: str) -> list[Text]:
+    """``starved``: the banner where the verdict is data-bound (``advisor.verdict``), else ""."""
     items = []
     if starved:
-        items.append(Text(f" STARVED: {shares['data_wait']:.0%} waiting for data ", style="bold white on red"))
+        items.append(Text(f" STARVED: {starved} ", style="bold white on red"))
     for phase in PHASES:
         item = Text("■ ", style=PHASE_COLORS[phase])
         item.append(f"{PHASE_LABELS[phase]} {shares[phase]:.0%}", style="bold" if shares[phase] >= 0.25 else "")
@@ -59,12 +68,12 @@ class SharesBar(Panel, Widget):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.shares = {p: 0.0 for p in PHASES}
-        self.starved = False
+        self.starved = ""
 
     def show(self, snap) -> None:
         width = max(self.content_size.width, 1)
         lines = len(wrapped(legend_items(self.shares, self.starved), width))
-        self.shares, self.starved = snap.recent.shares, bool(snap.bound) and snap.bound[0] == DATA
+        self.shares, self.starved = snap.recent.shares, starved_text(snap)
         self.refresh(layout=len(wrapped(legend_items(self.shares, self.starved), width)) != lines)  # the legend's height
 
     def get_content_height(self, container, viewport, width: int) -> int:
