@@ -124,11 +124,14 @@ class Window:
     micro_batches: int = 0
     first_step: int = 0
     last_step: int = 0
-    own_work_median: float = 0.0  # per step: wall minus the phases where a rank waits for others
+    own_work_median: float = 0.0  # per timed step: wall minus the phases where a rank waits for others
     # the timed step that waited longest for its batch: its part of the data wait's total, and
     # of the window's time (with the untimed steps it stands for)
     longest_data_wait: float = 0.0
     longest_data_segment: float = 0.0
+    # Kish's effective sample size of the timed steps, each weighing the steps it stands for:
+    # 50 steps timed at the start and one more standing for 250 are worth ~1.4 timed steps
+    timed_effective: float = 0.0
 
     @classmethod
     def from_rows(cls, rows) -> "Window":
@@ -183,13 +186,16 @@ class Window:
         w.mem_steps = rows[-1].step - rows[0].step
         w.mem_peak = max(col("mem_peak"))
         w.micro_batches = sum(col("micro_batches"))
+        weights = [stands_for[i][1] for i in training]
+        w.timed_effective = sum(weights) ** 2 / sum(n * n for n in weights)
         longest = max(training, key=lambda i: timed[i].data_wait or 0)
         if timed[longest].wall > 0:
             w.longest_data_segment = scale * stands_for[longest][0]
             w.longest_data_wait = (timed[longest].data_wait or 0) / timed[longest].wall * w.longest_data_segment
         waits = [COLUMN[p] for p in WAIT_PHASES if p in COLUMN]
-        w.own_work_median = weighted_quantile([(timed[i].wall - sum(timed[i][k] or 0 for k in waits),
-                                                stands_for[i][1]) for i in order], 0.5)
+        # each timed step one vote: weighed by the steps it stands for, one step timed late
+        # (standing for 250) outvoted the 50 timed at the start and named a straggler alone
+        w.own_work_median = quantile([timed[i].wall - sum(timed[i][k] or 0 for k in waits) for i in order], 0.5)
         return w
 
     @property

@@ -187,7 +187,10 @@ def verdict_lines(s: dict) -> list[str]:
     v = s.get("verdict")
     if not v:
         return []
-    lines = [f"  verdict: {v['issue']} — {v['why']} — next: {v['next']}"]
+    after = (s.get("changes") or {}).get("after")
+    # the table below is the whole steady run: say which steps the verdict is of
+    scope = f" (steps {after['from_step']}-{after['to_step']}, after fastmon's changes)" if after else ""
+    lines = [f"  verdict{scope}: {v['issue']} — {v['why']} — next: {v['next']}"]
     remedies = (s.get("compute") or {}).get("remedies")
     if remedies and len(remedies) > 1:
         lines.append("    also to try: " + "; ".join(remedies[1:]))

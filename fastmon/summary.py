@@ -21,6 +21,8 @@ STRAGGLER_STEP_SHARE = 0.05  # ... and worth at least this share of a step: the 
 
 
 FIRST_STEP_NAMED_SHARE = 0.2  # the first step's phases this big are named beside it
+MIN_EFFECTIVE_TIMED = 5.0  # timed steps' worth under which phase shares are said to rest on few
+FEW_TIMED = "its phases rest on few timed steps (--every-step times each one)"
 
 
 def rates(steps: int, samples: int, wall: float, phase_totals: dict | None = None) -> dict:
@@ -44,6 +46,7 @@ def window_summary(window: Window) -> dict:
         "own_work_ms": round(window.own_work_median * 1e3, 4),
         # the data wait's share without its longest one: is it a habit
         "data_wait_recurring": None if (recurring := window.recurring_data_wait) is None else round(recurring, 5),
+        "timed_effective": round(window.timed_effective, 1),  # how many timed steps the phases are worth
     }
 
 
@@ -210,8 +213,12 @@ def judged_steps(own: dict, ranks: list[dict], slowest: int | None) -> tuple[dic
 
 
 def bound_of(steps: dict, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | None:
-    """``bound`` of a ``window_summary``'s steps."""
-    return bound(steps["phases"], gpu, on_gpu, steps.get("data_wait_recurring"))
+    """``bound`` of a ``window_summary``'s steps, saying so where their phases rest on few
+    timed steps."""
+    found = bound(steps["phases"], gpu, on_gpu, steps.get("data_wait_recurring"))
+    if found and steps.get("timed_effective", MIN_EFFECTIVE_TIMED) < MIN_EFFECTIVE_TIMED:
+        return found[0], f"{found[1]}; {FEW_TIMED}"
+    return found
 
 
 def summarize(run_dir) -> dict:

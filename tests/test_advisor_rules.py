@@ -536,3 +536,21 @@ def test_a_neighbours_spread_of_compute_is_not_counted_as_the_workers_restart():
     advice = fired(noisy, facts(loader=loader))["dataloader.persistent_workers"]
     mean_step = (67 * 0.0125 + 132 * 0.0025 + 0.2525 - 0.2498) / 200
     assert advice.est_gain == pytest.approx(amdahl(0.2498 / (128 * mean_step + 0.2498)), abs=0.02)
+
+
+def test_one_late_timed_step_names_no_straggler_and_a_verdict_from_few_says_so():
+    # DDP, no rank slow: steps 0-49 timed, then one step standing for 350: rank 1's one
+    # timed step happened to wait in collectives, and "rank 1, the straggler" was named
+    from fastmon.summary import bound_of, straggler, window_summary
+
+    def rank(n, comm_ms):
+        sampled = [r._replace(timed=int(r.step < 50 or r.step == 50)) for r in rows(n=400)]
+        return {"rank": n, **window_summary(Window.from_rows(
+            [r._replace(comm=comm_ms / 1e3) if r.step == 50 else r for r in sampled]))}
+
+    ranks = [rank(0, 0.0), rank(1, 30.0)]
+    assert 1 < ranks[1]["timed_effective"] < 2
+    assert straggler(ranks) is None  # each timed step one vote: the 50 at the start outvote it
+    assert bound_of(ranks[1], None, False)[1].endswith("its phases rest on few timed steps (--every-step times each one)")
+    every = window_summary(Window.from_rows(rows(n=400)))
+    assert every["timed_effective"] == 400 and "few timed" not in bound_of(every, None, False)[1]

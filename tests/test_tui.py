@@ -280,7 +280,9 @@ async def test_the_finished_dashboard_shows_the_report_s_figures(tmp_path):
     assert verdict.issue in header and starved == ("data-bound" in verdict.issue)
     text = subprocess.run(fastmon_cmd("report", session.run_dir), capture_output=True, text=True, env=clean_env(),
                           timeout=60).stdout
-    assert f"  verdict: {verdict.issue} — {verdict.why} — next: {verdict.next}" in text
+    after = report["changes"]["after"]  # the verdict is of the steps after the changes, and says so
+    assert (f"  verdict (steps {after['from_step']}-{after['to_step']}, after fastmon's changes): {verdict.issue} — "
+            f"{verdict.why} — next: {verdict.next}") in text
 
 
 @pytest.mark.parametrize("recorded", RECORDED_RUNS, ids=lambda p: p.name)
