@@ -392,6 +392,8 @@ def judge_runs(run_dirs, fail_if_slower: float | None, as_json: bool, out) -> in
     if fail_if_slower is None:
         return 0
     if result["workload_differs"]:
+        if not as_json:
+            out.write(f"fastmon: not judged: the runs trained different work (exit {EXIT_NOT_COMPARABLE})\n")
         return EXIT_NOT_COMPARABLE
     if guard_failed(result, fail_if_slower):
         if not as_json:

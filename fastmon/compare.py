@@ -319,7 +319,7 @@ def format_text(result: dict) -> str:
              f"  {'':<18} {'A':>14} {'B':>14}"]
 
     def row(label: str, x: str, y: str) -> None:
-        lines.append(f"  {label:<18} {x:>14} {y:>14}")
+        lines.append(f"  {label:<18} {x:>14} {y:>14}" if len(x) < 14 else f"  {label:<18} {x} | {y}")
 
     row("steps compared", f"{a['steady_steps']:,}", f"{b['steady_steps']:,}")
     row("samples/s", f"{a['samples_per_s']:,.1f}", f"{b['samples_per_s']:,.1f}")
@@ -345,8 +345,8 @@ def format_text(result: dict) -> str:
     lines.append(f"  noise between runs: ±{noise['floor']:.0%} " + (
         f"(measured: {noise['runs']} runs of this script here, B aside, differ by that much)" if noise["measured"]
         else f"(assumed: {noise['runs']} of the {RUNS_THAT_MEASURE_NOISE} runs of this script that would measure it "
-             "are here)"))
-    moved = phase_lines(result)
+             "are here: the same work, exit 0, nothing changed live)"))
+    moved = phase_lines(result) if not result["workload_differs"] else []  # of different work: not judged
     if moved:
         lines += ["  phases that moved beyond their noise:", *("  " + line for line in moved)]
     for r in result["ranks"]:

@@ -50,6 +50,10 @@ def test_runs_of_different_work_are_not_judged_and_the_guard_says_so():
     other = compare(DATA / "h200-nanogpt-eager-1", DATA / "h200-hf-trainer-gpt2", "--fail-if-slower", "5")
     assert other.returncode == EXIT_NOT_COMPARABLE
     assert "script 'train.py' vs 'hf_tiny.py'" in other.stdout and "batch 64 vs 32" in other.stdout
+    # the guard's last line says why it exits so; no phase is said to have moved between different work
+    assert "fastmon: not judged: the runs trained different work (exit 3)" in other.stdout
+    assert "phases that moved" not in other.stdout
+    assert re.search(r"  bound +launch-bound +launch-bound", other.stdout)
 
 
 @pytest.mark.e2e
