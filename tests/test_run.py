@@ -172,7 +172,7 @@ def test_headless_status_lines_start_their_own_line_under_a_progress_bar(run_fas
     out = run_fastmon("run", "--headless", "--status-every", "0.5", SCRIPTS / "progress_bar.py")
     assert out.returncode == 0, out.stderr
     assert "epoch 1: 100%" in out.stderr  # tqdm's bar passes through
-    before = re.findall(r"(?s)(.)\[fastmon\] step \d+ \|", out.stderr)
+    before = re.findall(r"(?s)(.)\[fastmon\] [\d:]+ step \d+", out.stderr)  # every status line, the first step's too
     assert before and set(before) == {"\n"}  # not glued to the end of the bar
 
 
