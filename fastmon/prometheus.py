@@ -55,8 +55,8 @@ class Metrics:
                 continue
             for phase in PHASES:
                 shares.add_metric((*labels, phase), window.share(phase))
-            # as the status line and the dashboard judge it: the first GPU over these steps, the
-            # straggler's steps where the ranks wait for one
+            # as the status line and the dashboard judge it: the straggler's steps where the
+            # ranks wait for one, on its own GPU, over these steps
             judged, slow = judged_steps(window_summary(window), ranks, slowest)
             said = bound_of(judged, gpu_of(busy_during(list(view.gpu), rows), slow), on_gpu)
             if said is not None:
