@@ -14,7 +14,7 @@ from fastmon.common.run_status import RunStatus
 from fastmon.progress import progress, script_args
 from fastmon.report import clock, gib, known, profile_lines, si, spawned_line
 from fastmon.summary import (busy_during, compiled_model, counted_samples, current_rows, first_count, flops_figures,
-                             bound_of, gpu_of, judged_steps, lost_nodes, rank_table, window_summary)
+                             judge, lost_nodes, rank_table, window_summary)
 from fastmon.common.verdicts import APPLYING, OPEN, result_text
 
 STATUS_EVERY = 3.0
@@ -64,10 +64,10 @@ def status_line(view, argv: list[str] = ()) -> str:
     if compute["tflops_per_s"] is not None:
         parts.append(si(compute["tflops_per_s"] * 1e12, "FLOP/s")
                      + (f" MFU {compute['mfu']:.1%}" if compute["mfu"] is not None else ""))
-    judged, slow = judged_steps(window_summary(window), ranks, slowest)
-    busy = gpu_of(busy_during(list(view.gpu), shown), slow)
-    found = verdict(bound_of(judged, busy, (view.facts.get("environment") or {}).get("accelerator") == "cuda"),
-                    judged["phases"], list(view.advice), list(view.applied), busy, compiled_model(view.facts), slow)
+    judged = judge(window_summary(window), ranks, slowest, busy_during(list(view.gpu), shown),
+                   (view.facts.get("environment") or {}).get("accelerator") == "cuda")
+    found = verdict(judged.bound, judged.steps["phases"], list(view.advice), list(view.applied), judged.gpu,
+                    compiled_model(view.facts), judged.rank)
     if found:
         parts.append(found.issue)
     if applying:

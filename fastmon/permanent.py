@@ -105,25 +105,24 @@ def edited(source: str, line: int, change: dict) -> str:
         workers = existing.get("num_workers")
         for key, value in change["keywords"].items():
             node = existing[key].value if key in existing else None
+            code = repr(value)
             if key == "persistent_workers" and value is True and workers is not None \
                     and argument_of(tree, workers.value):
                 # the count stays the script's option: persistent workers only where it gives some
                 # (persistent_workers=True with --num-workers 0 is a ValueError in DataLoader)
-                source_text = ast.get_source_segment(source, workers.value)
-                value = Expression(f"{source_text} > 0")
+                code = f"{ast.get_source_segment(source, workers.value)} > 0"
             option = node is not None and argument_of(tree, node)
             if option:  # set from the script's command line (args.num_workers): its default changes
                 default = next((kw.value for kw in option.keywords if kw.arg == "default"), None)
                 if default is not None:
                     edits.append((at(default.lineno, default.col_offset),
-                                  at(default.end_lineno, default.end_col_offset), repr(value).encode()))
+                                  at(default.end_lineno, default.end_col_offset), code.encode()))
                 else:
-                    added.setdefault(option, []).append(f"default={value!r}")
+                    added.setdefault(option, []).append(f"default={code}")
             elif node is not None:
-                edits.append((at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset),
-                              repr(value).encode()))
+                edits.append((at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset), code.encode()))
             else:
-                added.setdefault(call, []).append(f"{key}={value!r}")
+                added.setdefault(call, []).append(f"{key}={code}")
         for into, words in added.items():
             close = at(into.end_lineno, into.end_col_offset) - 1  # the call's ")"
             before = text[:close].rstrip()
@@ -134,13 +133,6 @@ def edited(source: str, line: int, change: dict) -> str:
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return text.decode()
-
-
-class Expression(str):
-    """Code written as it is (``args.num_workers > 0``), where a value would be quoted."""
-
-    def __repr__(self) -> str:
-        return str(self)
 
 
 def argument_of(tree: ast.AST, value: ast.expr) -> ast.Call | None:

@@ -15,8 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from fastmon.advisor import Window, recent
 from fastmon.common.phases import PHASES
 from fastmon.common.verdicts import params_text
-from fastmon.summary import (bound_of, busy_during, current_rows, gpu_of, judged_steps, rank_table,
-                             window_summary)
+from fastmon.summary import busy_during, current_rows, judge, rank_table, window_summary
 
 RECENT_STEPS = 200  # the steps the phase shares and the verdict are of: the run as it is now
 LABELS = ("run", "node", "rank")
@@ -57,8 +56,7 @@ class Metrics:
                 shares.add_metric((*labels, phase), window.share(phase))
             # as the status line and the dashboard judge it: the straggler's steps where the
             # ranks wait for one, on its own GPU, over these steps
-            judged, slow = judged_steps(window_summary(window), ranks, slowest)
-            said = bound_of(judged, gpu_of(busy_during(list(view.gpu), rows), slow), on_gpu)
+            said = judge(window_summary(window), ranks, slowest, busy_during(list(view.gpu), rows), on_gpu).bound
             if said is not None:
                 verdict.add_metric((*labels, said[0]), 1)
         yield from (steps, samples, step_time, shares, verdict)

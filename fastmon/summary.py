@@ -3,6 +3,8 @@ the end. Built from the run record alone, so a replay shows the same numbers."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from fastmon.advisor.bound import GpuBusy, bound, remedies
 from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.verdict import verdict
@@ -210,6 +212,23 @@ def judged_steps(own: dict, ranks: list[dict], slowest: int | None) -> tuple[dic
     while rank 1 waited 77% of its step for data). Else ``own``, and None."""
     slow = next((r for r in ranks if r["rank"] == slowest), None)
     return (slow, slowest) if slow else (own, None)
+
+
+class Judged(NamedTuple):
+    """What the verdict reads, as every surface takes it (``judge``)."""
+    bound: tuple[str, str] | None  # ``bound``'s (limit, evidence)
+    steps: dict  # the window_summary judged
+    rank: int | None  # the straggler's, where they are its steps
+    gpu: GpuBusy | None  # its GPU over them
+
+
+def judge(own: dict, ranks: list[dict], slowest: int | None, busy: dict[int, GpuBusy] | None,
+          on_gpu: bool) -> Judged:
+    """The verdict's steps (``judged_steps``), the GPU they ran on (``gpu_of``, from each
+    GPU's ``busy``) and their ``bound``."""
+    steps, rank = judged_steps(own, ranks, slowest)
+    gpu = gpu_of(busy or {}, rank)
+    return Judged(bound_of(steps, gpu, on_gpu), steps, rank, gpu)
 
 
 def bound_of(steps: dict, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | None:
@@ -421,15 +440,15 @@ def compute(summary: dict, events: list[dict], table: StepTable, facts: dict, ra
     on_gpu = (facts.get("environment") or {}).get("accelerator") == "cuda"
     devices = summary["gpu"].get("devices") or []
     now = (summary.get("changes") or {}).get("after") or summary  # the run as it is after fastmon's changes
-    judged, slow = judged_steps(now, ranks_now, straggler(ranks_now))
-    busy = gpu_of({d["index"]: GpuBusy(d["util_in_steps"], d.get("sm_active_in_steps"))
-                   for d in devices if d.get("util_in_steps") is not None}, slow)
-    verdict = bound_of(judged, busy, on_gpu)
+    busy = {d["index"]: GpuBusy(d["util_in_steps"], d.get("sm_active_in_steps"))
+            for d in devices if d.get("util_in_steps") is not None}
+    judged = judge(now, ranks_now, straggler(ranks_now), busy, on_gpu)
+    verdict, gpu = judged.bound, judged.gpu
     out: dict = {"bound": verdict[0] if verdict else None,
                  "bound_why": verdict[1] if verdict else "no GPU utilization was sampled during the steps",
-                 "bound_rank": slow,  # the straggler's steps, where the verdict reads them
-                 "gpu_busy_in_steps": busy.util if busy else None,
-                 "sm_active_in_steps": busy.sm_active if busy else None}
+                 "bound_rank": judged.rank,  # the straggler's steps, where the verdict reads them
+                 "gpu_busy_in_steps": gpu.util if gpu else None,
+                 "sm_active_in_steps": gpu.sm_active if gpu else None}
     if verdict and (tries := remedies(verdict[0], compiled_model(facts))):
         out["remedies"] = tries
     count = first_count(events)

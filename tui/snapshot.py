@@ -23,7 +23,7 @@ from fastmon.common.verdicts import params_text
 from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, busy_during, compiled_model, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
-                             bound_of, gpu_of, judged_steps, lost_nodes, rank_table, rows_span, steady_span,
+                             judge, lost_nodes, rank_table, rows_span, steady_span,
                              busy_in_span, window_summary)
 
 CHART_BUCKETS = 150
@@ -151,11 +151,11 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     if current is not None and len(rank_rows) > 1:  # ended: each rank over the report's "after" steps, as it reads them
         ranks, slowest = rank_table({rank: [r for r in rows_of if r.step >= current.first_step]
                                      for rank, rows_of in rank_rows.items()}, len(rows))
-    judged, snap.judged_rank = judged_steps(window_summary(snap.recent), ranks, slowest)
-    snap.judged_data_wait = judged["phases"]["data_wait"]
-    gpu = gpu_of(gpu_busy, snap.judged_rank)
-    snap.bound = bound_of(judged, gpu, on_gpu) if snap.recent.steps else None
-    snap.verdict = verdict(snap.bound, judged["phases"], advice, applied, gpu, compiled_model(facts), snap.judged_rank)
+    judged = judge(window_summary(snap.recent), ranks, slowest, gpu_busy, on_gpu)
+    snap.judged_rank, snap.judged_data_wait = judged.rank, judged.steps["phases"]["data_wait"]
+    snap.bound = judged.bound if snap.recent.steps else None
+    snap.verdict = verdict(snap.bound, judged.steps["phases"], advice, applied, judged.gpu, compiled_model(facts),
+                           judged.rank)
     return snap
 
 
