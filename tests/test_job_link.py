@@ -45,6 +45,15 @@ def start_node(tmp_path, node: int, master_port: int, *script_args, secret: str 
         start_new_session=True)  # a group of its own: what a test leaves running is ended with it
 
 
+def without_torchs_exit_barrier_race(err: str) -> str:
+    """stderr less what torchrun's agent logs when the store's host (node 0) ends first.
+
+    The other node's agent then logs "Error waiting on exit barrier" with a traceback, after
+    the job ended well (pytorch/pytorch#69520); plain torchrun does the same."""
+    return "".join(line for line in err.splitlines(keepends=True)
+                   if "torch/distributed/elastic/agent/server/api.py:" not in line)
+
+
 class Lines:
     """A process's stderr, line by line as it comes."""
 
@@ -200,7 +209,7 @@ def test_a_secret_on_one_node_only_is_said_where_it_matters(tmp_path, holder):
     outputs = [node.communicate(timeout=240) for node in nodes]
     for node, (_, err) in zip(nodes, outputs):
         assert node.returncode == 0, err
-        assert "Traceback" not in err
+        assert "Traceback" not in without_torchs_exit_barrier_race(err)
     if holder == 0:  # node 0 waits for a node that cannot come, and says so
         assert "| 1 of 2 nodes linked" in outputs[0][1]
     else:  # node 1 tried, and says at its end that it never got through
