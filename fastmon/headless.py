@@ -35,7 +35,14 @@ def status_line(view, argv: list[str] = ()) -> str:
                 "(a step ends at optimizer.step())")
     shown = recent(current_rows(list(rows), list(view.applied), rank0.left_out), STATUS_WINDOW)
     window = Window.from_rows(shown)
-    shares = " ".join(f"{PHASE_LABELS[p]} {window.share(p):.0%}" for p in PHASES if window.share(p) >= 0.005)
+    ranks, slowest = rank_table({rank: figures.rows for rank, figures in view.ranks.items()}, STATUS_WINDOW)
+    judged = judge(window_summary(window), ranks, slowest, busy_during(list(view.gpu), shown),
+                   (view.facts.get("environment") or {}).get("accelerator") == "cuda")
+    # the shares the verdict reads: a straggler's own, where it is judged on them
+    phases = judged.steps["phases"]
+    shares = " ".join(f"{PHASE_LABELS[p]} {phases[p]:.0%}" for p in PHASES if phases[p] >= 0.005)
+    if shares and judged.rank is not None:
+        shares = f"rank {judged.rank}: {shares}"
     epoch, epochs, eta = progress(view.facts, list(argv), steps, window.steps_per_s, view.status == RunStatus.RUNNING)
     parts = [f"[fastmon] {clock(view.elapsed())} step {steps}"
              + (f" epoch {epoch}" + (f"/{epochs}" if epochs else "") if epoch else "")
@@ -45,7 +52,6 @@ def status_line(view, argv: list[str] = ()) -> str:
     if shares:
         parts.append(shares)
     lost = lost_nodes(view.events)
-    ranks, slowest = rank_table({rank: figures.rows for rank, figures in view.ranks.items()}, STATUS_WINDOW)
     if len(view.ranks) > 1:
         parts.append(f"{len(view.ranks)} ranks" + (f", straggler rank {slowest}" if slowest is not None else "")
                      + "".join(f", node {node} lost" for node in lost))
@@ -64,8 +70,6 @@ def status_line(view, argv: list[str] = ()) -> str:
     if compute["tflops_per_s"] is not None:
         parts.append(si(compute["tflops_per_s"] * 1e12, "FLOP/s")
                      + (f" MFU {compute['mfu']:.1%}" if compute["mfu"] is not None else ""))
-    judged = judge(window_summary(window), ranks, slowest, busy_during(list(view.gpu), shown),
-                   (view.facts.get("environment") or {}).get("accelerator") == "cuda")
     found = verdict(judged.bound, judged.steps["phases"], list(view.advice), list(view.applied), judged.gpu,
                     compiled_model(view.facts), judged.rank)
     if found:

@@ -166,6 +166,28 @@ def test_the_status_line_before_the_first_step_says_none_has_ended(tmp_path):
                         r"optimizer\.step\(\)\)", status_line(session.view))
 
 
+def test_the_status_line_beside_a_stragglers_verdict_shows_the_stragglers_shares():
+    # rank 0's step is mostly its wait, in the all-reduce, for rank 1, which waits for data
+    from fastmon.common.phases import StepRow
+    from fastmon.live_state import LiveView, RankView
+
+    def rows(rank, **ms):
+        out = []
+        for step in range(60):
+            values = dict.fromkeys(STEP_FIELDS, 0.0)
+            values.update({p: v / 1e3 for p, v in ms.items()}, rank=rank, step=step, t_end=100 + step * 0.05,
+                          wall=sum(ms.values()) / 1e3, samples=32, timed=1)
+            out.append(StepRow(**values))
+        return tuple(out)
+
+    ranks = {0: rows(0, forward=5, backward=5, comm=40), 1: rows(1, data_wait=35, forward=5, backward=10)}
+    view = LiveView(ranks={rank: RankView(rows=r, steps=60, samples=60 * 32, wall=3.0) for rank, r in ranks.items()},
+                    started=99.0, ended=103.0)
+    line = status_line(view)
+    assert "straggler rank 1" in line and "data-bound 70% on rank 1" in line, line
+    assert "rank 1: data 70% fwd 10% bwd 20%" in line and "comm" not in line, line
+
+
 @pytest.mark.e2e
 def test_headless_status_lines_start_their_own_line_under_a_progress_bar(run_fastmon):
     # a status line every half second: several land within the script's four seconds of bars
