@@ -45,6 +45,12 @@ SETTLE_STEPS = 2  # not counted after each switch
 PAIRS = 4  # a window of an interleaved trial
 LOADER_ACTIONS = frozenset({"loader", "batch_size"})
 EPOCHS_MEASURED = 2  # a change measured over whole epochs: this many after it
+
+
+def last_epoch_measured(current: int) -> int:
+    """The last epoch (counted from 1) a whole-epoch trial begun in epoch ``current``
+    reads: the next epoch starts the workers, the EPOCHS_MEASURED after it are measured."""
+    return current + 1 + EPOCHS_MEASURED
 # A DataLoader change measured in sequence goes back to the original for a window before its
 # verdict, unless its interval already lies beyond this factor either way: a shared machine
 # drifts 20-40% over minutes, which cannot flip a larger change.

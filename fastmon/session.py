@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent, rules_digest
+from fastmon.advisor.facts import epochs_from_argv
 from fastmon.channel import ChannelServer
 from fastmon.common.handover import OUTPUT_FDS_ENV
 from fastmon.common.phases import StepRow
@@ -33,7 +34,7 @@ from fastmon.common.sample_count import samples_in_first
 from fastmon.common.step_events import StepAssembler
 from fastmon.common.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.common.wire import SEND_EVERY
-from fastmon.experiments import ExperimentRunner, LoaderFigures
+from fastmon.experiments import EPOCHS_MEASURED, ExperimentRunner, LoaderFigures, last_epoch_measured
 from fastmon.job_link import JobServer, NodeClient, NoSecret, job_nodes, job_secret, node0_address, node_rank
 from fastmon.live_state import LiveState, LiveView, RankState, cpu_use, training_rss
 from fastmon.loggers import LOG_EVERY, METRICS_PORT, TrackerLog
@@ -590,6 +591,12 @@ class Session:
             return unlinked
         loader = self._training_loader()
         epoch = epoch_for(advice, loader)
+        total = epochs_from_argv(script_args(self.options.target))
+        if epoch and total and loader.get("epochs") and last_epoch_measured(loader["epochs"]) > total:
+            # applied unmeasured, it would only move the "after" of every screen to a stretch
+            # of the last epoch with no epoch start in it
+            return (f"it is measured over whole epochs (the next one starts the workers, the {EPOCHS_MEASURED} "
+                    f"after it are measured), and the run's last is epoch {total} (now {loader['epochs']})")
         rows = self._steady_rows(self._state.measured_rows())
         if self.experiments.start(advice, rows, loader_figures(loader, rows), epoch=epoch) is None:
             return ("it is measured over whole epochs: an epoch's worth of steps first" if epoch

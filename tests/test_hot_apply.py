@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
 from conftest import EXAMPLES, SCRIPTS, clean_env, run_dirs
 from fastmon.common.phases import STEP_FIELDS
+from fastmon.common.run_status import RunStatus
+from fastmon.session import RunOptions, Session
 
 
 def read_epochs(path) -> list[list[int]]:
@@ -105,6 +109,29 @@ def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
                           env=clean_env(), timeout=60).stdout
     assert "kept" in text and f"DataLoader(..., num_workers={applied['params']['num_workers']})" in text
     assert "starved.py:" in text
+
+
+@pytest.mark.e2e
+def test_persistent_workers_are_not_tried_where_the_run_ends_before_they_can_be_measured(tmp_path):
+    # measured over whole epochs (the next one starts the workers, the two after it count): in
+    # the last epoch, applied unmeasured, it only moved every screen's "after" to a stretch of
+    # that epoch with no epoch start in it
+    session = Session(RunOptions(target=[str(EXAMPLES / "starved.py"), "--epochs", "2", "--num-workers", "2",
+                                         "--samples", "3200"], runs_dir=str(tmp_path)))
+    session.start()
+    try:
+        answer = None
+        deadline = time.monotonic() + 120
+        while answer is None and time.monotonic() < deadline and session.view.status == RunStatus.RUNNING:
+            if any(a["id"] == "dataloader.persistent_workers" for a in session.view.advice):
+                answer = session.apply("dataloader.persistent_workers")
+            time.sleep(0.1)
+        assert session.wait() == 0
+    finally:
+        session.terminate()
+    assert re.fullmatch(r"it is measured over whole epochs \(the next one starts the workers, the 2 after it are "
+                        r"measured\), and the run's last is epoch 2 \(now [12]\)", answer or ""), answer
+    assert not session.view.applied
 
 
 @pytest.mark.e2e
