@@ -45,10 +45,15 @@ def verdict(found: tuple[str, str] | None, shares: dict, advice: list[dict], app
              else "under-filled",
              }.get(limit, limit)
     if straggler is not None:
-        issue, why = f"{issue} on rank {straggler}", f"rank {straggler}, the straggler the other ranks wait for: {why}"
+        issue, why = f"{issue} on rank {straggler}", of_straggler(straggler, why)
     if limit != COMPUTE and any(a.get("kept") for a in applied):
         issue = f"still {issue}"
     return Verdict(issue, why, next_step(limit, advice, compiled))
+
+
+def of_straggler(rank: int, evidence: str) -> str:
+    """Evidence read from the straggler's steps (the verdict's, its advice's), said so."""
+    return f"rank {rank}, the straggler the other ranks wait for: {evidence}"
 
 
 def next_step(limit: str, advice: list[dict], compiled: bool) -> str:

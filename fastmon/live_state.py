@@ -110,9 +110,9 @@ class LiveState:
     captured: list = field(default_factory=list)  # [range]
     slowed: list = field(default_factory=list)  # [range], rank 0's
 
-    def measured_rows(self) -> list[StepRow]:
-        """Rank 0's rows without the steps a torch.profiler capture slowed or that compiled."""
-        return without(self.ranks[0].rows if 0 in self.ranks else (), (*self.captured, *self.slowed))
+    def measured_rows(self, rank: int = 0) -> list[StepRow]:
+        """A rank's rows without the steps a torch.profiler capture slowed or that compiled."""
+        return without(self.ranks[rank].rows if rank in self.ranks else (), (*self.captured, *self.slowed))
 
     def view(self, experiment: dict | None = None) -> LiveView:
         return LiveView(

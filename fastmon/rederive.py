@@ -5,6 +5,7 @@ is never shown as current. What fastmon tried in that run stays, with its measur
 from __future__ import annotations
 
 from fastmon.advisor import Facts, advise, rules_digest
+from fastmon.advisor.verdict import of_straggler
 from fastmon.common.verdicts import OPEN
 from fastmon.progress import script_args
 from fastmon.records import RunRecord
@@ -17,8 +18,9 @@ def advised_by_other_rules(meta: dict) -> bool:
 
 
 def advice_now(record: RunRecord, rank: int, table: StepTable, left_out, applied: list[dict], facts: dict,
-               meta: dict) -> list[dict]:
-    """Today's rules over the steady run as it is after fastmon's changes; where the run's
+               meta: dict, straggler: bool = False) -> list[dict]:
+    """Today's rules over ``rank``'s steady run as it is after fastmon's changes (``straggler``:
+    that rank is the one the others wait for, the live advisor's choice too); where the run's
     advisor acted on a finding (tried, kept, dismissed), the record's entry with its result."""
     recorded = {a["id"]: a for a in record.advice()}
     acted = {key: a for key, a in recorded.items() if a.get("status", OPEN) != OPEN}
@@ -33,5 +35,8 @@ def advice_now(record: RunRecord, rank: int, table: StepTable, left_out, applied
                       ranks=max(len(record.ranks()), 1))
     out = []
     for advice in advise(window, run_facts):
-        out.append(acted.pop(advice.id) if advice.id in acted else dict(advice.to_dict(), status=OPEN))
+        found = dict(advice.to_dict(), status=OPEN)
+        if straggler:
+            found["evidence"] = of_straggler(rank, found["evidence"])
+        out.append(acted.pop(advice.id) if advice.id in acted else found)
     return out + list(acted.values())

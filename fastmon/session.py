@@ -26,6 +26,7 @@ from pathlib import Path
 from fastmon import __version__
 from fastmon.advisor import Facts, Window, advise, recent, rules_digest
 from fastmon.advisor.facts import epochs_from_argv
+from fastmon.advisor.verdict import of_straggler
 from fastmon.channel import ChannelServer
 from fastmon.common.handover import OUTPUT_FDS_ENV
 from fastmon.common.phases import StepRow
@@ -45,7 +46,7 @@ from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir, row_problem
 from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.script_output import ScriptOutput
 from fastmon.state_owner import Busy, StateOwner
-from fastmon.summary import counted_samples, first_count, flops_figures, rows_span, samples_during
+from fastmon.summary import counted_samples, first_count, flops_figures, rank_table, rows_span, samples_during
 
 ADVISOR_WINDOW = 200  # steps the advisor looks at
 ADVISE_EVERY = 1.0
@@ -535,12 +536,15 @@ class Session:
         if not usable:
             return
         shown = recent(usable, ADVISOR_WINDOW)
+        straggler, shown = self._straggler_rows(shown)
         window = Window.from_rows(shown)
         since = rows_span(usable)[0]
         found = advise(window, self._facts(shown, since))
         for advice in found:
             entry = self._state.advice.get(advice.id)
             data = advice.to_dict()
+            if straggler is not None:  # as the verdict says it
+                data["evidence"] = of_straggler(straggler, data["evidence"])
             if entry is None:
                 data.update(status=OPEN, first_step=window.last_step)
                 self._state.advice[advice.id] = data
@@ -554,6 +558,20 @@ class Session:
             for advice in found:
                 if self._auto_allowed(advice.to_dict()) and self._apply_command(advice.id) is None:
                     break
+
+    def _straggler_rows(self, shown: list) -> tuple[int | None, list]:
+        """Under DDP, the straggler's steps over the stretch of rank 0's ``shown``, and its
+        rank, where another rank is named one: the job moves at its pace, and the other
+        ranks' steps are mostly their wait for it (rank 0 read "communication-bound" and
+        got no advice while rank 1 waited 81% of its step for data). Else (None, shown)."""
+        state = self._state
+        if len(state.ranks) < 2 or not shown:
+            return None, shown
+        since = {rank: [r for r in state.measured_rows(rank) if r.step >= shown[0].step] for rank in state.ranks}
+        _, slowest = rank_table(since, ADVISOR_WINDOW)
+        if slowest is None or slowest == min(state.ranks) or not since[slowest]:
+            return None, shown
+        return slowest, recent(since[slowest], ADVISOR_WINDOW)
 
     def _load_known(self, since: float) -> bool:
         """Whether the host's samples since ``since`` tell the machine's load yet (or never

@@ -285,8 +285,12 @@ def summarize(run_dir) -> dict:
 
         summary["advice_rederived"] = advised_by_other_rules(meta)
         if summary["advice_rederived"]:
-            advice = advice_now(records[0], ranks[0] if ranks else 0, primary, left_out, summary["applied"], facts,
-                                meta)
+            # the straggler's steps where one is named, as the live advisor read them
+            slow = summary["straggler"] if summary["straggler"] in records[0].ranks()[1:] else None
+            rank = slow if slow is not None else ranks[0] if ranks else 0
+            advice = advice_now(records[0], rank, tables.get(rank, primary),
+                                left_out if slow is None else steady_left_out(tables[slow], slowed.get(slow, {})),
+                                summary["applied"], facts, meta, straggler=slow is not None)
         else:
             advice = [a for rec in records for a in rec.advice()]
         summary["advice"] = [_advice_out(a) for a in advice]

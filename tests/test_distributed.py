@@ -42,6 +42,17 @@ def test_two_ranks_and_the_slow_one_is_the_straggler(run_fastmon, report, tmp_pa
     # rank 0's collectives are its wait for rank 1: the verdict is the straggler's, on every surface
     assert summary["compute"]["bound_rank"] == 1 and summary["verdict"]["issue"].startswith("data-bound")
     assert summary["verdict"]["why"].startswith("rank 1, the straggler the other ranks wait for: ")
+    # and the advice is of its steps: its loader, not rank 0's wait for it
+    advice = {a["id"]: a for a in summary["advice"]}
+    assert advice["dataloader.num_workers"]["evidence"].startswith(
+        "rank 1, the straggler the other ranks wait for: data_wait is "), summary["advice"]
+    older = shutil.copytree(run_dirs(tmp_path)[-1], tmp_path / "older-rules")  # advised again by today's rules
+    with sqlite3.connect(older / "run.sqlite") as db:
+        db.execute("UPDATE meta SET value = '\"older rules\"' WHERE key = 'advisor'")
+    again = summarize(older)
+    assert again["advice_rederived"]
+    assert {a["id"]: a["evidence"] for a in again["advice"]}["dataloader.num_workers"].startswith(
+        "rank 1, the straggler the other ranks wait for: data_wait is ")
     # live, over the last 50 steps (a few timed on a 2-core VM: the straggler is not always told
     # there), a straggler named is the slow one, and the verdict is its own
     last_status = [line for line in out.stderr.splitlines() if line.startswith("[fastmon]") and " | " in line][-1]
