@@ -117,7 +117,7 @@ def test_persistent_workers_are_not_tried_where_the_run_ends_before_they_can_be_
     # the last epoch, applied unmeasured, it only moved every screen's "after" to a stretch of
     # that epoch with no epoch start in it
     session = Session(RunOptions(target=[str(EXAMPLES / "starved.py"), "--epochs", "2", "--num-workers", "2",
-                                         "--samples", "3200"], runs_dir=str(tmp_path)))
+                                         "--samples", "1600"], runs_dir=str(tmp_path)))
     session.start()
     try:
         answer = None
