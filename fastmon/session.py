@@ -124,6 +124,7 @@ class Session:
         self._rank_nodes: dict[int, int] = {}  # node 0: rank -> the node whose monitor sends it
         self._link_rejected = 0  # rows another node sent for a rank not its own
         self._terminations = 0  # SIGTERMs passed on
+        self._ctrl_c_ignored = False
 
     @property
     def passthrough(self) -> bool:
@@ -176,6 +177,8 @@ class Session:
             # Not torchrun: it would hold them without reading them, and its ranks do not get them.
             kept = (out_read, err_read)
             env[OUTPUT_FDS_ENV] = f"{out_read},{err_read}"
+        # the training inherits an ignored Ctrl-C (started under nohup): interrupt() cannot stop it so
+        self._ctrl_c_ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         try:
             self.proc = subprocess.Popen(self.command(), stdout=out_write, stderr=err_write, env=env, pass_fds=kept)
         finally:
@@ -787,8 +790,15 @@ class Session:
         self._state.ended = time.time()
 
     def interrupt(self) -> None:
-        """Ctrl-C for the training process (as if typed in its terminal)."""
-        if self.proc and self.proc.poll() is None:
+        """Ctrl-C for the training process (as if typed in its terminal); SIGTERM where it
+        ignores Ctrl-C, which a stop asked on the dashboard must not: it ran on unsaid."""
+        if not self.proc or self.proc.poll() is not None:
+            return
+        if self._ctrl_c_ignored:
+            self._notice("the training ignores Ctrl-C (fastmon started with it ignored, as under nohup): "
+                         "stopped with SIGTERM")
+            self.terminate()
+        else:
             self.proc.send_signal(signal.SIGINT)
 
     def terminate(self) -> None:

@@ -10,6 +10,7 @@ import pty
 import re
 import select
 import shutil
+import signal
 import sqlite3
 import struct
 import subprocess
@@ -158,8 +159,35 @@ async def test_quit_can_stop_the_training(live_session, ask, stop):
         await pilot.press(stop)
         await wait_until(pilot, lambda: live_session.view.status != "running")
         assert len(app.screen_stack) == 1
-    assert live_session.view.exit_code == 130  # Ctrl-C: KeyboardInterrupt, as python reports it
+    # Ctrl-C: KeyboardInterrupt, as python reports it; SIGTERM where the tests run with Ctrl-C
+    # ignored (under nohup), which the training inherits (the next test)
+    assert live_session.view.exit_code == (143 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 130)
     assert app.return_value is None
+
+
+@pytest.mark.e2e
+def test_a_stop_reaches_a_training_that_inherited_ctrl_c_ignored(tmp_path):
+    # started under nohup, the training ignores SIGINT as python would: the dashboard's stop
+    # once left it running, unsaid
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        session = Session(RunOptions(target=[str(ROOT / "tests" / "scripts" / "profiled_loop.py"), "--steps",
+                                             "100000000"], runs_dir=str(tmp_path)))
+        session.start()
+    finally:
+        signal.signal(signal.SIGINT, before)
+    try:
+        deadline = time.monotonic() + 60
+        while not session.view.ranks and time.monotonic() < deadline:
+            time.sleep(0.1)
+        session.interrupt()
+        session.proc.wait(timeout=60)
+        session.wait()
+    finally:
+        session.terminate()
+        session.terminate()  # the second kills it, should the test fail
+    assert session.view.exit_code == 143
+    assert any("the training ignores Ctrl-C" in e.get("message", "") for e in session.view.events_of("notice"))
 
 
 def dashboard_on(tmp_path, script: str, *args: str) -> tuple[Session, FastmonApp]:
