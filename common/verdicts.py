@@ -153,6 +153,20 @@ def steps_text(blocks) -> str:
     return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in blocks)
 
 
+def search_text(result: dict) -> str:
+    """The candidates a search measured, each against the same "before", and the one it
+    was trying when the run ended: "searched (...): num_workers=2 1.92x, num_workers=4 3.40x"."""
+    tried, before = result.get("tried") or [], result.get("before_samples_per_s")
+    unmeasured = result.get("state") == ExperimentState.INCOMPLETE and tried and \
+        result.get("params") not in [t.get("params") for t in tried]
+    if not before or not (len(tried) > 1 or unmeasured):
+        return ""
+    said = [f"{params_text(t['params'])} {t['samples_per_s'] / before:.2f}x" for t in tried if t.get("samples_per_s")]
+    if unmeasured:
+        said.append(f"{params_text(result['params'])} running when the run ended, not measured")
+    return f"searched (samples/s against the {before:,.1f} before): {', '.join(said)}"
+
+
 def measured_text(result: dict) -> str:
     """How a change was measured, in terms a user checks against the record: the steps
     of each side, and the worker start-ups a side accounts."""

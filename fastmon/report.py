@@ -7,7 +7,8 @@ import time
 
 from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
 from fastmon.common.phases import PHASE_LABELS, PHASES
-from fastmon.common.verdicts import ExperimentState, is_recommended, measured_text, params_text, rates_text, result_text
+from fastmon.common.verdicts import (ExperimentState, is_recommended, measured_text, params_text, rates_text,
+                                     result_text, search_text)
 
 
 def mib(n) -> str:
@@ -339,9 +340,9 @@ def format_text(s: dict) -> str:
             lines.append(f"   • {a['id']} {params_text(a.get('params') or {})} tried from step {a['step']}: {rates_text(a)} — "
                          f"{result_text(a)}" + (f" ({a['error']})" if a.get("error") and a.get("state") not in told
                                                 else ""))
-            how = measured_text(a)
-            if how:
-                lines.append(f"       {how}")
+            for how in (search_text(a), measured_text(a)):
+                if how:
+                    lines.append(f"       {how}")
     if s["permanent_changes"]:
         lines.append("")
         lines.append("  make it permanent (so the next run starts fast without fastmon;"

@@ -155,6 +155,29 @@ def test_a_search_keeps_the_best_candidate():
     assert [m.get("params") for m in probe.sent] == [{"n": 2}, {"n": 4}, {"n": 8}, {"n": 4}]
 
 
+def test_a_search_the_run_ends_says_what_each_candidate_measured_and_which_ran_unmeasured():
+    from fastmon.common.verdicts import search_text
+
+    probe = Probe()
+    runner = ExperimentRunner(probe, None)
+    results = []
+    runner.done = results.append
+    runner.start(advice(search=({"n": 2}, {"n": 4}, {"n": 8})), step_rows(0, 30, 100.0))
+    rows, rates = step_rows(0, 30, 100.0), {2: 200.0, 4: 390.0}
+    while len(probe.sent) < 3:  # 2 and 4 measured; 8 applied when the training ends
+        message = probe.sent[-1]
+        step = rows[-1].step + 1
+        runner.on_ack({"t": "applied", "exp": message["exp"], "ok": True, "step": step})
+        rows += step_rows(step, 400, rates[message["params"]["n"]])
+        runner.tick(rows)
+    runner.on_ack({"t": "applied", "exp": probe.sent[-1]["exp"], "ok": True, "step": rows[-1].step + 1})
+    runner.end_of_run()
+    (result,) = results
+    assert result["state"] == "incomplete" and result["params"] == {"n": 8} and result["kept"]
+    assert search_text(result) == ("searched (samples/s against the 100.0 before): n=2 2.00x, n=4 3.90x, n=8 "
+                                   "running when the run ended, not measured")
+
+
 def test_a_failed_candidate_leaves_the_one_running_kept_without_a_new_apply():
     probe = Probe()
     runner = ExperimentRunner(probe, None)

@@ -108,6 +108,10 @@ def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
     text = subprocess.run([sys.executable, "-m", "fastmon", "report"], cwd=tmp_path, capture_output=True, text=True,
                           env=clean_env(), timeout=60).stdout
     assert "kept" in text and f"DataLoader(..., num_workers={applied['params']['num_workers']})" in text
+    before = applied["before_samples_per_s"]
+    searched = ", ".join(f"num_workers={t['params']['num_workers']} {t['samples_per_s'] / before:.2f}x"
+                         for t in applied["tried"])
+    assert f"searched (samples/s against the {before:,.1f} before): {searched}\n" in text  # each candidate's figure
     assert "starved.py:" in text
 
 
