@@ -45,12 +45,6 @@ SETTLE_STEPS = 2  # not counted after each switch
 PAIRS = 4  # a window of an interleaved trial
 LOADER_ACTIONS = frozenset({"loader", "batch_size"})
 EPOCHS_MEASURED = 2  # a change measured over whole epochs: this many after it
-
-
-def last_epoch_measured(current: int) -> int:
-    """The last epoch (counted from 1) a whole-epoch trial begun in epoch ``current``
-    reads: the next epoch starts the workers, the EPOCHS_MEASURED after it are measured."""
-    return current + 1 + EPOCHS_MEASURED
 # A DataLoader change measured in sequence goes back to the original for a window before its
 # verdict, unless its interval already lies beyond this factor either way: a shared machine
 # drifts 20-40% over minutes, which cannot flip a larger change.
@@ -59,6 +53,12 @@ WORTH_MORE = 0.10  # a search's next setting (twice the workers) must buy this m
 
 (APPLYING, MEASURING, FINALIZING, REVERTING, RETURNING, KEPT, REVERTED, REVERT_FAILED, FAILED, INCOMPLETE,
  NOT_JUDGED_STATE) = ExperimentState
+
+
+def last_epoch_measured(current: int) -> int:
+    """The last epoch (counted from 1) a whole-epoch trial begun in epoch ``current``
+    reads: the next epoch starts the workers, the EPOCHS_MEASURED after it are measured."""
+    return current + 1 + EPOCHS_MEASURED
 
 
 def worth_more(larger: float, smaller: float) -> bool:
