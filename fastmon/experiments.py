@@ -45,6 +45,7 @@ SETTLE_STEPS = 2  # not counted after each switch
 PAIRS = 4  # a window of an interleaved trial
 LOADER_ACTIONS = frozenset({"loader", "batch_size"})
 EPOCHS_MEASURED = 2  # a change measured over whole epochs: this many after it
+FIRST_MEASURED = 2  # ... from the epoch after next: the next one starts the workers
 # A DataLoader change measured in sequence goes back to the original for a window before its
 # verdict, unless its interval already lies beyond this factor either way: a shared machine
 # drifts 20-40% over minutes, which cannot flip a larger change.
@@ -58,7 +59,7 @@ WORTH_MORE = 0.10  # a search's next setting (twice the workers) must buy this m
 def last_epoch_measured(current: int) -> int:
     """The last epoch (counted from 1) a whole-epoch trial begun in epoch ``current``
     reads: the next epoch starts the workers, the EPOCHS_MEASURED after it are measured."""
-    return current + 1 + EPOCHS_MEASURED
+    return current + FIRST_MEASURED + EPOCHS_MEASURED - 1
 
 
 def worth_more(larger: float, smaller: float) -> bool:
@@ -410,7 +411,7 @@ class ExperimentRunner:
             # may have started its workers before: one epoch more is waited then.)
             began = self.loader.began if self.loader.began is not None else self.loader.epoch_began()
             began = step if began is None else began
-            exp.measure_from = began + exp.epoch * ((step - began) // exp.epoch + 2)
+            exp.measure_from = began + exp.epoch * ((step - began) // exp.epoch + FIRST_MEASURED)
             exp.measure_until = exp.measure_from + exp.epoch * EPOCHS_MEASURED - 1
         exp.state = FINALIZING if exp.state == FINALIZING else MEASURING
 

@@ -572,7 +572,7 @@ class Session:
             return None, shown
         since = {rank: [r for r in state.measured_rows(rank) if r.step >= shown[0].step] for rank in state.ranks}
         _, slowest = rank_table(since, ADVISOR_WINDOW)
-        if slowest is None or slowest == min(state.ranks) or not since[slowest]:
+        if slowest is None or slowest == 0 or not since[slowest]:
             return None, shown
         return slowest, recent(since[slowest], ADVISOR_WINDOW)
 

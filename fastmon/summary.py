@@ -288,8 +288,8 @@ def summarize(run_dir) -> dict:
             # the straggler's steps where one is named, as the live advisor read them
             slow = summary["straggler"] if summary["straggler"] in records[0].ranks()[1:] else None
             rank = slow if slow is not None else ranks[0] if ranks else 0
-            advice = advice_now(records[0], rank, tables.get(rank, primary),
-                                left_out if slow is None else steady_left_out(tables[slow], slowed.get(slow, {})),
+            table = tables.get(rank, primary)
+            advice = advice_now(records[0], rank, table, steady_left_out(table, slowed.get(rank, {})),
                                 summary["applied"], facts, meta, straggler=slow is not None)
         else:
             advice = [a for rec in records for a in rec.advice()]
