@@ -60,9 +60,8 @@ def status_line(view, argv: list[str] = ()) -> str:
         linked = 1 + len({e["node"] for e in view.events_of("node_joined")} - set(lost))
         if linked < expected:
             parts.append(f"{linked} of {expected} nodes linked")
-    trainer = [p["rss"] for p in view.host.get("processes") or () if p.get("role") == "trainer"]
-    if trainer:
-        parts.append(f"RSS {sum(trainer) / 2**30:.1f} GiB")
+    if view.trainer_rss is not None:
+        parts.append(f"RSS {view.trainer_rss / 2**30:.1f} GiB")
     if gpu:
         parts.append("GPU " + " ".join(map(device_status, gpu)))
     compute = flops_figures(count, counted_samples(count, rows), window.steps_per_s, window.samples_per_s,

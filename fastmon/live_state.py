@@ -94,6 +94,9 @@ class LiveState:
     facts: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
     host: dict = field(default_factory=dict)
+    # the trainers' RSS in the last host sample that had them: the status line's after the
+    # training exited, while the monitor records its end
+    trainer_rss: int | None = None
     rss: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RSS_HISTORY))
     cpu: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RSS_HISTORY))  # (t, *cpu_use)
     losses: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOSS_HISTORY))
@@ -110,6 +113,20 @@ class LiveState:
     captured: list = field(default_factory=list)  # [range]
     slowed: list = field(default_factory=list)  # [range], rank 0's
 
+    def add_host_sample(self, sample: dict, gpus: list, now: float) -> None:
+        self.host = sample
+        trainers = [p.get("rss") or 0 for p in sample.get("processes") or () if p.get("role") == "trainer"]
+        if trainers:
+            self.trainer_rss = sum(trainers)
+        rss = training_rss(sample)
+        if rss is not None:
+            self.rss.append(rss)
+        cpu = cpu_use(sample)
+        if cpu is not None:
+            self.cpu.append((now, *cpu))
+        if gpus:
+            self.gpu.append((now, "gpu", gpus))  # as the record keeps it
+
     def measured_rows(self, rank: int = 0) -> list[StepRow]:
         """A rank's rows without the steps a torch.profiler capture slowed or that compiled."""
         return without(self.ranks[rank].rows if rank in self.ranks else (), (*self.captured, *self.slowed))
@@ -119,7 +136,7 @@ class LiveState:
             status=self.status, exit_code=self.exit_code, started=self.started, ended=self.ended,
             ranks=MappingProxyType({rank: rs.view() for rank, rs in self.ranks.items()}),
             facts=MappingProxyType(dict(self.facts)), events=tuple(self.events), host=MappingProxyType(dict(self.host)),
-            rss=tuple(self.rss), losses=tuple(self.losses),
+            trainer_rss=self.trainer_rss, rss=tuple(self.rss), losses=tuple(self.losses),
             gpu=tuple(self.gpu), advice=tuple(MappingProxyType(dict(a)) for a in self.advice.values()),
             applied=tuple(self.applied), output=tuple(self.output), output_seq=self.output_seq, dropped=self.dropped,
             capturing=self.capturing, captured=tuple(self.captured), slowed=tuple(self.slowed), experiment=experiment)
@@ -137,6 +154,7 @@ class LiveView:
     facts: Mapping = field(default_factory=lambda: MappingProxyType({}))
     events: tuple = ()
     host: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    trainer_rss: int | None = None  # the trainers' RSS in the last host sample that had them
     rss: tuple = ()  # the training's RSS (trainer and workers), per host sample, oldest first
     losses: tuple = ()  # the training losses the script printed (fastmon.printed_loss), oldest first
     gpu: tuple = ()  # GPU samples, oldest first: (time, "gpu", one dict per device), as the record keeps them

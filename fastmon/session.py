@@ -37,7 +37,7 @@ from fastmon.common.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.common.wire import SEND_EVERY
 from fastmon.experiments import EPOCHS_MEASURED, ExperimentRunner, LoaderFigures, last_epoch_measured
 from fastmon.job_link import JobServer, NodeClient, NoSecret, job_nodes, job_secret, node0_address, node_rank
-from fastmon.live_state import LiveState, LiveView, RankState, cpu_use, training_rss
+from fastmon.live_state import LiveState, LiveView, RankState
 from fastmon.loggers import LOG_EVERY, METRICS_PORT, TrackerLog
 from fastmon.printed_loss import printed_losses
 from fastmon.report import node_lost_line
@@ -491,18 +491,7 @@ class Session:
             self.recorder.put("samples", (now, "host", json.dumps(sample)))
             if gpus:
                 self.recorder.put("samples", (now, "gpu", json.dumps(gpus)))
-            self._owner.post(self._take_sample, sample, gpus, now)
-
-    def _take_sample(self, sample: dict, gpus: list, now: float) -> None:
-        self._state.host = sample
-        rss = training_rss(sample)
-        if rss is not None:
-            self._state.rss.append(rss)
-        cpu = cpu_use(sample)
-        if cpu is not None:
-            self._state.cpu.append((now, *cpu))
-        if gpus:
-            self._state.gpu.append((now, "gpu", gpus))  # as the record keeps it
+            self._owner.post(self._state.add_host_sample, sample, gpus, now)
 
     # --- advisor and experiments (on the owner's thread) -------------------------------
     def _facts(self, rows: list, since: float) -> Facts:

@@ -188,6 +188,26 @@ def test_the_status_line_beside_a_stragglers_verdict_shows_the_stragglers_shares
     assert "rank 1: data 70% fwd 10% bwd 20%" in line and "comm" not in line, line
 
 
+def test_the_status_line_keeps_the_trainers_memory_while_the_monitor_records_its_end():
+    # the training exited: the next host sample has no trainer, and a status line comes
+    # before the summary (a red CI run's line had no "RSS" there)
+    from fastmon.common.phases import StepRow
+    from fastmon.live_state import LiveState, RankState
+
+    state = LiveState(started=99.0)
+    state.ranks[0] = RankState()
+    for step in range(20):
+        values = dict.fromkeys(STEP_FIELDS, 0.0)
+        values.update(rank=0, step=step, t_end=100 + step * 0.05, wall=0.05, forward=0.05, samples=32, timed=1)
+        state.ranks[0].add(StepRow(**values), start_up=False)
+    cores = {"cpu_per_core": [50.0, 50.0], "ram_used": 2**30, "ram_total": 2**33}
+    state.add_host_sample({"processes": [{"pid": 7, "cpu": 99.0, "rss": 3 * 2**29, "role": "trainer"}], **cores},
+                          [], 100.5)
+    assert "| RSS 1.5 GiB |" in status_line(state.view())
+    state.add_host_sample({"processes": [], **cores}, [], 101.0)
+    assert "| RSS 1.5 GiB |" in status_line(state.view())
+
+
 @pytest.mark.e2e
 def test_headless_status_lines_start_their_own_line_under_a_progress_bar(run_fastmon):
     # a status line every half second: several land within the script's four seconds of bars
