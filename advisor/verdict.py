@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 from fastmon.advisor.bound import COMMUNICATION, COMPUTE, DATA, LAUNCH, UNDERFILLED, GpuBusy, remedies
 from fastmon.advisor.types import PROBLEM
-from fastmon.common.verdicts import OPEN
+from fastmon.common.verdicts import FASTER, OPEN, change_text, params_text
 
 NOTHING = "nothing to change"
 # what to do where no rule has a change to offer: the limit's own remedy
@@ -59,6 +59,10 @@ def of_straggler(rank: int, evidence: str) -> str:
 def next_step(limit: str, advice: list[dict], compiled: bool) -> str:
     """The open problem the advisor expects most of; else the limit's own remedy."""
     problems = [a for a in advice if a.get("kind", PROBLEM) == PROBLEM and a.get("status", OPEN) == OPEN]
+    measured = [a for a in problems if (a.get("result") or {}).get("verdict") == FASTER]
+    if measured:  # measured faster as the run ended (a search it cut short): that setting, not the search again
+        best = max(measured, key=lambda a: a["result"].get("speedup") or 1.0)
+        return f"{best['title']}: {params_text(best['result'].get('params') or {})}, measured {change_text(best['result'])}"
     if problems:
         best = max(problems, key=lambda a: (a.get("est_gain") or 1.0, a["id"]))
         return f"{best['title']}: {best['fix']}" if best.get("fix") else best["title"]

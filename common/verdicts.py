@@ -144,6 +144,9 @@ def result_text(result: dict) -> str:
     if verdict == NO_CHANGE:
         return f"no measurable change ({change}) — " + ("kept: harmless" if result.get("kept") else "reverted")
     if result.get("state") == ExperimentState.INCOMPLETE and verdict in (FASTER, SLOWER):
+        running = running_at_end(result)
+        if running is not None:  # a search the run ended: the one it would settle on so far
+            return f"{change}, the fastest measured; the run ended while {params_text(running)} was under trial"
         return f"{change}, measured; the run ended as it was being applied"
     return f"{change}, {'kept' if result.get('kept') else 'reverted'}"
 
@@ -157,14 +160,30 @@ def search_text(result: dict) -> str:
     """The candidates a search measured, each against the same "before", and the one it
     was trying when the run ended: "searched (...): num_workers=2 1.92x, num_workers=4 3.40x"."""
     tried, before = result.get("tried") or [], result.get("before_samples_per_s")
-    unmeasured = result.get("state") == ExperimentState.INCOMPLETE and tried and \
-        result.get("params") not in [t.get("params") for t in tried]
+    unmeasured = running_at_end(result) if tried else None
     if not before or not (len(tried) > 1 or unmeasured):
         return ""
     said = [f"{params_text(t['params'])} {t['samples_per_s'] / before:.2f}x" for t in tried if t.get("samples_per_s")]
     if unmeasured:
-        said.append(f"{params_text(result['params'])} running when the run ended, not measured")
+        said.append(f"{params_text(unmeasured)} running when the run ended, not measured")
     return f"searched (samples/s against the {before:,.1f} before): {', '.join(said)}"
+
+
+def running_at_end(result: dict) -> dict | None:
+    """What a trial the run ended was running, not yet measured (older records: its params
+    where no measured candidate had them)."""
+    if "running_at_end" in result:
+        return result["running_at_end"]
+    tried = [t.get("params") for t in result.get("tried") or ()]
+    unmeasured = result.get("state") == ExperimentState.INCOMPLETE and result.get("params") not in tried
+    return result.get("params") if unmeasured else None
+
+
+def kept_faster(result: dict) -> bool:
+    """A change that stayed in effect measured faster: fixed (older records have no
+    verdict: kept meant faster then). Not a search the run ended, whose fastest candidate
+    measured did not stay."""
+    return bool(result.get("kept")) and result.get("verdict", FASTER) == FASTER and running_at_end(result) is None
 
 
 def measured_text(result: dict) -> str:

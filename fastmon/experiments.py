@@ -207,6 +207,12 @@ class Experiment:
         """All the windows measured of ``params``, pooled."""
         return pooled([w for p, w in self.trials if p == params])
 
+    def running_at_end(self) -> dict | None:
+        """What was under trial, not yet measured, when the run ended."""
+        if self.state != INCOMPLETE or self.live_params in [p for p, _ in self.trials]:
+            return None
+        return self.live_params
+
     def verdict(self) -> str:
         if self.not_judged:
             return NOT_JUDGED
@@ -235,7 +241,7 @@ class Experiment:
                 "predicted": self.predicted, "pairs": self.pairs or None, "extensions": self.extensions,
                 "returned": self.returned.to_dict() if self.returned else None, "drift": round(self.drift, 4),
                 "verdict": self.verdict(), "kept": bool(self.kept), "state": self.state, "error": self.error,
-                "holds_from": self.holds_from if self.kept else None,
+                "holds_from": self.holds_from if self.kept else None, "running_at_end": self.running_at_end(),
                 "windows": self.windows(), "note": self.note}
 
 
@@ -649,8 +655,19 @@ class ExperimentRunner:
         else:
             exp.error = exp.error or "the run ended before the measurement finished"
             exp.change = None
+            if exp.method == "sequential" and exp.trials:
+                self._fastest_so_far(exp)
         self.active = None
         self.done(exp.result())
+
+    @staticmethod
+    def _fastest_so_far(exp: Experiment) -> None:
+        """A search the run ended: the candidate it would settle on among those measured,
+        where that one was measured faster (its code is still worth keeping)."""
+        params, after = exp.best()
+        change = speed_change(after, exp.baseline, floor=max(NOISE, exp.drift))
+        if judge(change[:3]) == FASTER:
+            exp.after, exp.change, exp.final_params = after, change, params
 
     def _conclude(self, exp: Experiment) -> None:
         if exp.state == KEPT:

@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 
 from fastmon.advisor import Window, recent
 from fastmon.common.phases import PHASES
-from fastmon.common.verdicts import params_text
+from fastmon.common.verdicts import kept_faster, params_text
 from fastmon.summary import busy_during, current_rows, judge, rank_table, window_summary
 
 RECENT_STEPS = 200  # the steps the phase shares and the verdict are of: the run as it is now
@@ -89,7 +89,7 @@ class Metrics:
                                  "A change fastmon applied live and kept: its measured speed-up (samples/s after/before)",
                                  labels=("run", "node", "change", "setting"))
         for result in applied:
-            if result.get("kept") and result.get("speedup"):
+            if kept_faster(result) and result.get("speedup"):
                 kept.add_metric((self.run, self.node, result["id"], params_text(result.get("params") or {})),
                                 result["speedup"])
         return kept

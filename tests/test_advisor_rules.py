@@ -461,6 +461,11 @@ def test_the_verdict_names_the_limit_its_evidence_and_one_next_step():
     found = verdict(data, {"data_wait": 0.36}, [persistent, habit, workers], [])
     assert (found.issue, found.why, found.next) == ("data-bound 36%", data[1], "More workers: DataLoader(..., "
                                                                                  "num_workers=N)")
+    # a search the run ended: the setting it measured fastest, not the search again
+    cut_short = {"verdict": "faster", "state": "incomplete", "params": {"num_workers": 8}, "speedup": 6.63,
+                 "speedup_interval": [6.1, 7.2], "running_at_end": {"num_workers": 16}}
+    found = verdict(data, {"data_wait": 0.36}, [persistent, dict(workers, result=cut_short)], [cut_short])
+    assert found.next == "More workers: num_workers=8, measured 6.6x samples/s [6.1x, 7.2x]"
     # a kept fix, the run still waiting, nothing left to try: said so, and what would help
     kept = [dict(workers, status="kept"), dict(persistent, status="kept")]
     found = verdict(data, {"data_wait": 0.36}, kept, [{"id": "dataloader.num_workers", "kept": True}])

@@ -156,26 +156,37 @@ def test_a_search_keeps_the_best_candidate():
 
 
 def test_a_search_the_run_ends_says_what_each_candidate_measured_and_which_ran_unmeasured():
-    from fastmon.common.verdicts import search_text
+    from fastmon.common.verdicts import OPEN, advice_status, kept_faster, result_text, search_text
+    from fastmon.permanent import permanent_changes
 
     probe = Probe()
     runner = ExperimentRunner(probe, None)
     results = []
     runner.done = results.append
-    runner.start(advice(search=({"n": 2}, {"n": 4}, {"n": 8})), step_rows(0, 30, 100.0))
+    search = ({"num_workers": 2}, {"num_workers": 4}, {"num_workers": 8})
+    runner.start({"id": "dataloader.num_workers", "apply": {"action": "loader", "params": search[0], "search": search,
+                                                            "changes_maths": False}}, step_rows(0, 30, 100.0))
     rows, rates = step_rows(0, 30, 100.0), {2: 200.0, 4: 390.0}
     while len(probe.sent) < 3:  # 2 and 4 measured; 8 applied when the training ends
         message = probe.sent[-1]
         step = rows[-1].step + 1
         runner.on_ack({"t": "applied", "exp": message["exp"], "ok": True, "step": step})
-        rows += step_rows(step, 400, rates[message["params"]["n"]])
+        rows += step_rows(step, 400, rates[message["params"]["num_workers"]])
         runner.tick(rows)
     runner.on_ack({"t": "applied", "exp": probe.sent[-1]["exp"], "ok": True, "step": rows[-1].step + 1})
     runner.end_of_run()
     (result,) = results
-    assert result["state"] == "incomplete" and result["params"] == {"n": 8} and result["kept"]
-    assert search_text(result) == ("searched (samples/s against the 100.0 before): n=2 2.00x, n=4 3.90x, n=8 "
-                                   "running when the run ended, not measured")
+    assert result["state"] == "incomplete" and result["running_at_end"] == {"num_workers": 8}
+    assert search_text(result) == ("searched (samples/s against the 100.0 before): num_workers=2 2.00x, "
+                                   "num_workers=4 3.90x, num_workers=8 running when the run ended, not measured")
+    # the fastest measured is still worth keeping: said with its figure, and its code given
+    assert result["params"] == {"num_workers": 4} and result["verdict"] == "faster"
+    assert result_text(result).startswith("3.9x samples/s [") and result_text(result).endswith(
+        "], the fastest measured; the run ended while num_workers=8 was under trial")
+    assert not kept_faster(result) and advice_status(result) == OPEN  # it did not stay: still the advice
+    loader = {"id": "train", "role": "train", "location": "train.py:9", "num_workers": 0}
+    (change,) = permanent_changes([result], {"loaders": [loader]})
+    assert change["code"] == "DataLoader(..., num_workers=4)", change
 
 
 def test_a_failed_candidate_leaves_the_one_running_kept_without_a_new_apply():

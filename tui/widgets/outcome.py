@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from fastmon.advisor.verdict import NOTHING
 from fastmon.common.run_status import ENDED_STATUSES, RunStatus
-from fastmon.common.verdicts import FASTER, change_text, params_text, rates_text, result_text
+from fastmon.common.verdicts import change_text, kept_faster, params_text, rates_text, result_text
 from fastmon.tui.widgets.panel import Panel
 
 QUIET_STEPS = 50  # the verdict shows from this many steps (fewer say little yet)
@@ -40,8 +40,7 @@ def fixed_lines(snap) -> list[Text]:
     """The changes measured faster, with their gain, and the code that keeps them; the
     others tried, as what they were; then the run before and after (what a short screen
     cuts first). A tick only beside a change measured faster."""
-    # older records have no verdict: kept meant faster then
-    faster = [a for a in snap.applied if a.get("kept") and a.get("verdict", FASTER) == FASTER]
+    faster = [a for a in snap.applied if kept_faster(a)]
     others = [a for a in snap.applied if a not in faster]
     if not faster and not others:
         return []
