@@ -3,7 +3,6 @@ passing straight through around it."""
 
 from __future__ import annotations
 
-import sys
 import threading
 
 from fastmon.advisor import Window, recent
@@ -102,11 +101,8 @@ class StatusPrinter:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             try:
-                sys.stderr.write(("" if self.session.output.line_ended else "\n") + status_line(self.session.view, script_args(self.session.options.target)) + "\n")
-                for line in self._advice_news() + self._event_news():
-                    sys.stderr.write(line + "\n")
-                sys.stderr.flush()
-                self.session.output.line_ended = True
+                line = status_line(self.session.view, script_args(self.session.options.target))
+                self.session.output.say([line, *self._advice_news(), *self._event_news()])
             except Exception:  # the status line is a convenience: never take the run down
                 pass
 

@@ -25,6 +25,7 @@ OUTPUT_KEPT = 256 * 2**20  # bytes of the script's output recorded (all of it pa
 EXIT_GRACE_S = 0.5  # after the script's exit, quiet pipes this long are held by a helper
 EXIT_WAIT_MAX_S = 5.0  # ... and a helper that never stops writing holds fastmon no longer
 POLL_S = 0.1  # how soon a pump sees the script's exit or the trainer's answer
+SAY_WAIT_S = 0.5  # fastmon's own line waits this long at most for the script's chunk being written
 NO_SPLICE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)  # a file system without splice: read and write
 # Copies its stdin to its stdout until the writers are gone: python's own, as a helper
 # would have written to the terminal directly.
@@ -54,6 +55,9 @@ class ScriptOutput:
         # Whether what the script last printed to the terminal ended its line: a progress
         # bar (tqdm) does not, and a status line written after it must start a new one.
         self.line_ended = True
+        # held while the terminal is written and ``line_ended`` follows: a status line read
+        # the flag, then landed after a bar written in between, glued to it
+        self.terminal = threading.Lock()
         self._pumps: dict[str, threading.Thread] = {}
         self._unread_by_anyone: set[str] = set()  # fastmon's own stream has no reader: stop passing
         self._asked: set[str] = set()  # ... the trainer was asked to close its copy
@@ -67,6 +71,19 @@ class ScriptOutput:
             thread = threading.Thread(target=self._pump, args=(name, fd), daemon=True, name=f"fastmon-{name}")
             thread.start()
             self._pumps[name] = thread
+
+    def say(self, lines: list[str]) -> None:
+        """fastmon's own lines on stderr, each whole, between the script's chunks. A
+        terminal the script's output blocks (a stalled reader) does not hold them longer
+        than SAY_WAIT_S: written then, at worst beside a bar."""
+        locked = self.terminal.acquire(timeout=SAY_WAIT_S)
+        try:
+            sys.stderr.write(("" if self.line_ended else "\n") + "".join(line + "\n" for line in lines))
+            sys.stderr.flush()
+            self.line_ended = True
+        finally:
+            if locked:
+                self.terminal.release()
 
     def closed_by_trainer(self, stream: str) -> None:
         self._let_go.add(stream)
@@ -116,9 +133,10 @@ class ScriptOutput:
             self._last_data = time.monotonic()
             if self.passthrough and stream not in self._unread_by_anyone:
                 try:
-                    out.buffer.write(data)
-                    out.flush()
-                    self.line_ended = data.endswith(b"\n")
+                    with self.terminal:
+                        out.buffer.write(data)
+                        out.flush()
+                        self.line_ended = data.endswith(b"\n")
                 except BrokenPipeError:
                     self._reader_gone(stream, out)
                 except (OSError, ValueError, AttributeError):

@@ -262,8 +262,11 @@ class Session:
     def _say(self, text: str) -> None:
         if self.passthrough:
             try:
-                sys.stderr.write(("" if self.output is None or self.output.line_ended else "\n") + text + "\n")
-                sys.stderr.flush()
+                if self.output is None:
+                    sys.stderr.write(text + "\n")
+                    sys.stderr.flush()
+                else:
+                    self.output.say([text])
             except (OSError, ValueError):
                 pass
 

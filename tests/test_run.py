@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import zipfile
 
 import pytest
@@ -206,6 +208,44 @@ def test_the_status_line_keeps_the_trainers_memory_while_the_monitor_records_its
     assert "| RSS 1.5 GiB |" in status_line(state.view())
     state.add_host_sample({"processes": [], **cores}, [], 101.0)
     assert "| RSS 1.5 GiB |" in status_line(state.view())
+
+
+def test_a_status_line_waits_for_the_bar_being_written_and_starts_its_own_line(tmp_path, monkeypatch):
+    # the status line read "the line has ended", a bar was written meanwhile, and the
+    # status line landed glued to it
+    from fastmon.script_output import ScriptOutput
+
+    class Terminal:  # stderr, whose write of the script's chunk is held until ``go``
+        def __init__(self):
+            self.buffer, self.parts = self, []
+            self.writing, self.go = threading.Event(), threading.Event()
+
+        def write(self, data):
+            if isinstance(data, bytes):
+                self.writing.set()
+                self.go.wait(10)
+                data = data.decode()
+            self.parts.append(data)
+
+        def flush(self):
+            pass
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    output = ScriptOutput(tmp_path, lambda *_: None, lambda stream: None, passthrough=True)
+    read, write = os.pipe()
+    output.start({"stderr": read})
+    os.write(write, b"epoch 0:  50%|#####     ")
+    assert terminal.writing.wait(10)
+    saying = threading.Thread(target=output.say, args=(["[fastmon] 0:01 step 5"],))
+    saying.start()
+    saying.join(0.3)  # it waits for the chunk being written
+    terminal.go.set()
+    saying.join(10)
+    os.close(write)
+    output.wait_after_exit()
+    output.close()
+    assert "".join(terminal.parts) == "epoch 0:  50%|#####     \n[fastmon] 0:01 step 5\n"
 
 
 @pytest.mark.e2e
