@@ -16,6 +16,7 @@ import os
 import platform
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -662,8 +663,9 @@ class Session:
             # furthest rank; a rank already past it refuses, and the experiment fails
             # (and is undone everywhere) rather than split the ranks.
             lead = max((rs for rs in ranks.values() if rs.rows), key=lambda rs: rs.rows[-1].step)
-            latest = list(lead.rows)[-20:]
-            rate = len(latest) / max(sum(r.wall for r in latest), 1e-6)
+            # the median step's rate: a worker start-up among the last steps made the mean
+            # rate a third of the run's, the step too near, and a rank already past it
+            rate = 1 / max(statistics.median(r.wall for r in list(lead.rows)[-20:]), 1e-6)
             seconds = SYNC_AHEAD_SECONDS + (LINK_AHEAD_SECONDS if self.job_server is not None else 0)
             ahead = max(SYNC_AHEAD_MIN_STEPS, int(rate * seconds) + 1)
             message = dict(message, at_step=lead.rows[-1].step + ahead)

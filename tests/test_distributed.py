@@ -85,9 +85,9 @@ def test_no_straggler_when_ranks_are_even(run_fastmon, report):
     assert out.returncode == 0, out.stderr
     assert report()["straggler"] == 0
     # Even ranks of ~1 ms of computing each, on two cores shared with the monitor: a rank
-    # descheduled for a while is 10% slower in fact. 4 ms of loading each keeps that noise
-    # under the verdict's margin; every step timed, for a median of 200.
-    out = run_fastmon("run", "--headless", "--every-step", "--nproc-per-node", "2", DDP, "--every-rank-ms", "4",
+    # descheduled for a while is 10% slower in fact. 10 ms of loading each (one sleep a
+    # batch) keeps that noise under the verdict's margin; every step timed, for a median of 200.
+    out = run_fastmon("run", "--headless", "--every-step", "--nproc-per-node", "2", DDP, "--every-rank-ms", "10",
                       "--steps-per-epoch", "100")
     assert out.returncode == 0, out.stderr
     assert report()["straggler"] is None
@@ -138,6 +138,27 @@ def test_report_merges_run_folders_from_several_nodes(run_fastmon, tmp_path):
     assert len(hosts) == 2 and not hosts.keys() & {1, 2}  # apart from the ranks' processes
     assert {e["pid"] for e in events if e.get("ph") == "C" and e["name"].startswith("machine CPU")} == set(hosts)
     assert min(e["ts"] for e in events if "ts" in e) >= 0
+
+
+def test_a_change_is_scheduled_ahead_by_the_steps_usual_pace_not_a_start_up(tmp_path):
+    # 10 ms steps, one of them waiting 0.6 s for new workers: at the mean's pace the step
+    # chosen was a third as far ahead, and a rank a publisher round on was already past it
+    from fastmon.common.phases import STEP_FIELDS, StepRow
+    from fastmon.live_state import RankState
+    from fastmon.session import SYNC_AHEAD_SECONDS, RunOptions, Session
+
+    session = Session(RunOptions(target=[str(DDP)], runs_dir=str(tmp_path)))
+    sent = []
+    session.channel = type("Channel", (), {"send": staticmethod(sent.append)})()
+    for rank in (0, 1):
+        session._state.ranks[rank] = RankState()
+        for step in range(100):
+            values = dict.fromkeys(STEP_FIELDS, 0.0)
+            values.update(rank=rank, step=step, wall=0.6 if step == 95 else 0.01, samples=16, timed=1)
+            session._state.ranks[rank].add(StepRow(**values), start_up=False)
+    session._send_control({"t": "apply", "exp": 1})
+    (message,) = sent
+    assert message["at_step"] - 99 >= SYNC_AHEAD_SECONDS / 0.01, message
 
 
 @pytest.mark.e2e
