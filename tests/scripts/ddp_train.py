@@ -1,5 +1,5 @@
 """DDP on CPU (gloo). --slow-rank R sleeps --slow-ms in R's data loading, --every-rank-ms
-sleeps that long in every rank's; --die-rank R kills itself (SIGKILL) at step --die-step."""
+sleeps that long in every rank's batch; --die-rank R kills itself (SIGKILL) at step --die-step."""
 import argparse
 import os
 import signal
@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, default_collate
 
 from gloo_exit import destroy_process_group
 
@@ -35,14 +35,19 @@ class Data(Dataset):
     def __getitem__(self, i):
         if rank == args.slow_rank:
             time.sleep(args.slow_ms / 1000 / 16)
-        if args.every_rank_ms:
-            time.sleep(args.every_rank_ms / 1000 / 16)
         return torch.randn(32), torch.randn(1)
+
+
+def collate(items):
+    # one sleep a batch: even ranks stay even (16 short sleeps each woke late by chance)
+    if args.every_rank_ms:
+        time.sleep(args.every_rank_ms / 1000)
+    return default_collate(items)
 
 
 torch.manual_seed(0)
 sampler = DistributedSampler(Data())
-loader = DataLoader(Data(), batch_size=16, sampler=sampler)
+loader = DataLoader(Data(), batch_size=16, sampler=sampler, collate_fn=collate)
 model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 step = 0
