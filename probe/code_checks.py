@@ -63,6 +63,7 @@ class CodeChecksPart(Part):
         self.norm_every = GRAD_NORM_EVERY
         self.next_norm_step = GRAD_NORM_EVERY
         self.last_norm = (0, 0)  # (step, perf_counter_ns) at the last sample
+        self.norm_cost_ns: int | None = None  # the cheapest sample yet: its work; a dearer one waited for a core
         self.timed_wrappers = (self._orig_tensor, self._orig_clip)
 
     def install(self) -> None:
@@ -198,13 +199,16 @@ class CodeChecksPart(Part):
 
     def _plan_next_norm(self, step: int, started: int) -> None:
         """Space the samples so that their cost stays within budget. The first sample's
-        cost is never used: it pays for warming up (lazy kernel loading on a GPU)."""
+        cost is never used: it pays for warming up (lazy kernel loading on a GPU). The
+        cheapest sample is the cost, and the spacing at most doubles a sample: one sample
+        the scheduler paused for 1 ms put the next beyond a 2000-step run."""
         last_step, last_ns = self.last_norm
         if last_ns and step > last_step:
             cost = perf_counter_ns() - started
+            self.norm_cost_ns = cost if self.norm_cost_ns is None else min(self.norm_cost_ns, cost)
             step_ns = (started - last_ns) / (step - last_step)
             budget_ns = max(NORM_BUDGET_NS, NORM_BUDGET_SHARE * step_ns)
-            self.norm_every = max(GRAD_NORM_EVERY, math.ceil(cost / budget_ns))
+            self.norm_every = min(max(GRAD_NORM_EVERY, math.ceil(self.norm_cost_ns / budget_ns)), 2 * self.norm_every)
         self.last_norm = (step, started)
         self.next_norm_step = step + self.norm_every
 

@@ -157,3 +157,28 @@ def test_skewed_step_times_do_not_hide_the_cost():
     run(schedule, 300_000, lambda step: 4000 * US * (1.5 if slow.random() < 0.05 else 1), cold_ns=200 * US,
         arm_ns=100 * US, timed_ns=300 * US)
     assert schedule.step_cost_ns == pytest.approx(600 * US, rel=0.3)
+
+
+def test_one_gradient_norm_sample_the_scheduler_paused_does_not_end_the_spike_watch(monkeypatch):
+    # 0.1 ms steps, 30 µs samples; the one at step 100 waited 1 ms for a core: the next came
+    # at step 4100, after a 2000-step run, and its blow-up at step 160 was never seen
+    from types import SimpleNamespace
+
+    import fastmon.probe.code_checks as code_checks
+
+    clock = {"now": 0}
+    monkeypatch.setattr(code_checks, "perf_counter_ns", lambda: clock["now"])
+    part = code_checks.CodeChecksPart(SimpleNamespace(clock=SimpleNamespace(step=0)))
+    sampled = []
+    for step, cost in ((50, 5_000_000), (100, 1_000_000)):  # warming up; then paused
+        clock["now"] = step * 100_000 + cost
+        part._plan_next_norm(step, step * 100_000)
+        sampled.append(step)
+    while part.next_norm_step < 2000:
+        step = part.next_norm_step
+        clock["now"] = step * 100_000 + 30_000
+        part._plan_next_norm(step, step * 100_000)
+        sampled.append(step)
+    assert any(160 < step <= 400 for step in sampled), sampled
+    # the spacing settles where the samples' own cost puts it: 30 µs at 250 ns a step
+    assert sampled[-1] - sampled[-2] == 120, sampled
