@@ -104,14 +104,23 @@ def test_a_slower_dataset_is_a_regression_explained_by_data_wait(tmp_path, run_f
     # The guard in the same command as the run: the training's report, then the comparison.
     guarded = run_fastmon("run", "--headless", "--baseline", first, "--fail-if-slower", "10", script, "--epochs", "4")
     assert guarded.returncode == EXIT_SLOWER, guarded.stderr
-    assert "samples/s — slower: " in guarded.stderr and "— data_wait +" in guarded.stderr
+    assert "— data_wait +" in guarded.stderr
     # data_wait first, furthest beyond its noise; a busy machine may slow another phase too
     assert re.search(r"slower than the baseline by more than 10%: data_wait(, \w+)* grew by more than that \(exit 4\)",
                      guarded.stderr), guarded.stderr
     assert "phases that moved beyond their noise:" in guarded.stderr
     third = run_dirs(tmp_path)[-1]
     result = json.loads(compare(first, third, "--json", cwd=tmp_path).stdout)
-    assert result["verdict"] == "slower" and result["speedup_interval"][1] < 1
+    # The whole run is slower, unless this script's runs here differed by more than that
+    # (another job on the 2 cores: CI once had three identical runs at 12,740, 3,884 and
+    # 5,542 samples/s, and ±228% between runs); the phase tells it either way.
+    noise = result["between_runs_noise"]
+    if noise["measured"] and noise["floor"] > 1 / result["speedup"] - 1:
+        assert result["verdict"] == "no measurable change" and f"noise between runs: ±{noise['floor']:.0%} (measured" \
+            in guarded.stderr
+    else:
+        assert result["verdict"] == "slower" and result["speedup_interval"][1] < 1
+        assert "samples/s — slower: " in guarded.stderr
     assert result["explained_by"]["phase"] == "data_wait" and result["explained_by"]["beyond_noise"]
     assert result["phases_moved"][0]["phase"] == "data_wait"  # the furthest beyond its own noise
     # The slow collate_fn of an in-memory dataset is what more workers fix: it is advised.
