@@ -106,6 +106,15 @@ class StatusPrinter:
             except Exception:  # the status line is a convenience: never take the run down
                 pass
 
+    def _not_tried_unless_allowed(self, advice) -> str:
+        """Under --apply auto, a change that alters the maths waits for the user's word:
+        where to give it (it was left untried, unsaid)."""
+        options = self.session.options
+        if options.apply != "auto" or not (advice.get("apply") or {}).get("changes_maths") \
+                or advice["id"] in options.allow:
+            return ""
+        return f" (it changes the maths: --allow {advice['id']} lets --apply auto try it)"
+
     def _event_news(self) -> list[str]:
         events = self.session.view.events[self._seen_events:]
         self._seen_events += len(events)
@@ -122,7 +131,8 @@ class StatusPrinter:
             if advice.get("status") == OPEN and not advice.get("result"):
                 gain = f" ({gain_text(advice['est_gain'])})" if advice.get("est_gain") else ""
                 gain += " (a suggestion)" if advice.get("kind") == SUGGESTION else ""
-                out.append(f"[fastmon] advice {advice['id']}: {advice['title']}{gain} — {advice['evidence']}")
+                out.append(f"[fastmon] advice {advice['id']}: {advice['title']}{gain} — {advice['evidence']}"
+                           + self._not_tried_unless_allowed(advice))
             elif advice.get("result"):
                 out.append(f"[fastmon] {advice['id']}: {result_text(advice['result'])}")
         return out

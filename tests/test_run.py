@@ -210,6 +210,29 @@ def test_the_status_line_keeps_the_trainers_memory_while_the_monitor_records_its
     assert "| RSS 1.5 GiB |" in status_line(state.view())
 
 
+def test_headless_advice_that_changes_the_maths_says_how_auto_may_try_it():
+    # under --apply auto it was left untried, unsaid: the user had to know --allow
+    from types import SimpleNamespace
+
+    from fastmon.headless import StatusPrinter
+    from fastmon.live_state import LiveView
+
+    threads = {"id": "torch.num_threads", "title": "Run torch on 1 thread", "evidence": "others hold 1.0 core",
+               "status": "open", "apply": {"action": "num_threads", "changes_maths": True}}
+    workers = {"id": "dataloader.num_workers", "title": "More workers", "evidence": "data_wait is 87%",
+               "status": "open", "apply": {"action": "loader", "changes_maths": False}}
+
+    def news(apply, allow=frozenset()):
+        session = SimpleNamespace(view=LiveView(advice=(threads, workers)),
+                                  options=SimpleNamespace(apply=apply, allow=allow))
+        return StatusPrinter(session)._advice_news()
+
+    said = " (it changes the maths: --allow torch.num_threads lets --apply auto try it)"
+    assert news("auto") == ["[fastmon] advice torch.num_threads: Run torch on 1 thread — others hold 1.0 core" + said,
+                            "[fastmon] advice dataloader.num_workers: More workers — data_wait is 87%"]
+    assert not any(said in line for line in news("ask") + news("auto", frozenset({"torch.num_threads"})))
+
+
 def test_a_status_line_waits_for_the_bar_being_written_and_starts_its_own_line(tmp_path, monkeypatch):
     # the status line read "the line has ended", a bar was written meanwhile, and the
     # status line landed glued to it
