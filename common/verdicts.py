@@ -180,10 +180,12 @@ def running_at_end(result: dict) -> dict | None:
 
 
 def kept_faster(result: dict) -> bool:
-    """A change that stayed in effect measured faster: fixed (older records have no
-    verdict: kept meant faster then). Not a search the run ended, whose fastest candidate
-    measured did not stay."""
-    return bool(result.get("kept")) and result.get("verdict", FASTER) == FASTER and running_at_end(result) is None
+    """A change that stayed in effect measured faster: fixed. Not one the run ended before
+    its verdict stood (a search's fastest candidate so far did not stay); older records
+    have no verdict: kept meant faster then."""
+    if result.get("verdict") is None:
+        return bool(result.get("kept"))
+    return bool(result.get("kept")) and result["verdict"] == FASTER and result.get("state") != ExperimentState.INCOMPLETE
 
 
 def measured_text(result: dict) -> str:

@@ -208,8 +208,9 @@ class Experiment:
         return pooled([w for p, w in self.trials if p == params])
 
     def running_at_end(self) -> dict | None:
-        """What was under trial, not yet measured, when the run ended."""
-        if self.state != INCOMPLETE or self.live_params in [p for p, _ in self.trials]:
+        """The candidate a search was trying, not yet measured, when the run ended."""
+        if self.state != INCOMPLETE or self.method != "sequential" or not self.trials \
+                or self.live_params in [p for p, _ in self.trials]:
             return None
         return self.live_params
 
@@ -655,15 +656,15 @@ class ExperimentRunner:
         else:
             exp.error = exp.error or "the run ended before the measurement finished"
             exp.change = None
-            if exp.method == "sequential" and exp.trials:
+            if exp.running_at_end() is not None:
                 self._fastest_so_far(exp)
         self.active = None
         self.done(exp.result())
 
     @staticmethod
     def _fastest_so_far(exp: Experiment) -> None:
-        """A search the run ended: the candidate it would settle on among those measured,
-        where that one was measured faster (its code is still worth keeping)."""
+        """A search the run ended while it tried a candidate: the one it would settle on
+        among those measured, where measured faster (its code is still worth keeping)."""
         params, after = exp.best()
         change = speed_change(after, exp.baseline, floor=max(NOISE, exp.drift))
         if judge(change[:3]) == FASTER:

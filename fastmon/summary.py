@@ -13,6 +13,7 @@ from fastmon.calibration import measured_tflops
 from fastmon.peaks import math_dtype, peak_tflops
 from fastmon.permanent import line_text, permanent_changes
 from fastmon.common.phases import COLUMN, PHASES
+from fastmon.common.verdicts import running_at_end
 from fastmon.records import RunRecord
 from fastmon.step_table import StepTable
 from fastmon.common.wire import SEND_EVERY
@@ -571,8 +572,8 @@ def _advice_out(a: dict) -> dict:
     return {"id": a["id"], "kind": a.get("kind", PROBLEM), "title": a["title"], "evidence": a["evidence"],
             "est_gain": a.get("est_gain"), "location": a.get("location"), "action": a["action"], "fix": a.get("fix"),
             "status": a.get("status"), "confidence": a.get("confidence"),
-            "measured": {k: result.get(k) for k in ("speedup", "speedup_interval", "verdict", "kept", "state", "error",
-                                                     "running_at_end")}
+            "measured": dict({k: result.get(k) for k in ("speedup", "speedup_interval", "verdict", "kept", "state",
+                                                          "error")}, running_at_end=running_at_end(result))
             if result else None}
 
 
@@ -583,4 +584,4 @@ def _applied_out(a: dict) -> dict:
             "before_samples_per_s": a.get("before_samples_per_s"), "after_samples_per_s": a.get("after_samples_per_s"),
             "speedup": a.get("speedup"), "speedup_interval": a.get("speedup_interval"), "verdict": a.get("verdict"),
             "predicted": a.get("predicted"), "kept": bool(a.get("kept")), "state": a.get("state"),
-            "error": a.get("error"), "running_at_end": a.get("running_at_end")}
+            "error": a.get("error"), "running_at_end": running_at_end(a)}

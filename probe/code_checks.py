@@ -17,6 +17,7 @@ next sample, once its event has completed: the probe never waits on the device.
 
 from __future__ import annotations
 
+import collections
 import math
 import statistics
 import sys
@@ -35,6 +36,7 @@ from fastmon.probe.torch_private import foreach_norm
 GRAD_NORM_EVERY = 50  # steps between gradient-norm samples at the least
 NORM_BUDGET_NS = 250  # per step spent on norm samples, on short steps
 NORM_BUDGET_SHARE = 0.0001  # of the step time, on long ones
+NORM_COSTS_KEPT = 3  # samples whose cheapest is the cost: a cost that grew (gradients unfrozen) is seen
 SPIKE_FACTOR = 10.0
 MIN_NORM_SAMPLES = 5
 NORM_HISTORY = 50
@@ -63,7 +65,8 @@ class CodeChecksPart(Part):
         self.norm_every = GRAD_NORM_EVERY
         self.next_norm_step = GRAD_NORM_EVERY
         self.last_norm = (0, 0)  # (step, perf_counter_ns) at the last sample
-        self.norm_cost_ns: int | None = None  # the cheapest sample yet: its work; a dearer one waited for a core
+        # the last samples' costs: the cheapest is the work (a dearer one waited for a core)
+        self.norm_costs: collections.deque = collections.deque(maxlen=NORM_COSTS_KEPT)
         self.timed_wrappers = (self._orig_tensor, self._orig_clip)
 
     def install(self) -> None:
@@ -200,15 +203,15 @@ class CodeChecksPart(Part):
     def _plan_next_norm(self, step: int, started: int) -> None:
         """Space the samples so that their cost stays within budget. The first sample's
         cost is never used: it pays for warming up (lazy kernel loading on a GPU). The
-        cheapest sample is the cost, and the spacing at most doubles a sample: one sample
-        the scheduler paused for 1 ms put the next beyond a 2000-step run."""
+        cheapest of the last few samples is the cost, and the spacing at most doubles a
+        sample: one sample the scheduler paused for 1 ms put the next beyond a 2000-step run."""
         last_step, last_ns = self.last_norm
         if last_ns and step > last_step:
             cost = perf_counter_ns() - started
-            self.norm_cost_ns = cost if self.norm_cost_ns is None else min(self.norm_cost_ns, cost)
+            self.norm_costs.append(cost)
             step_ns = (started - last_ns) / (step - last_step)
             budget_ns = max(NORM_BUDGET_NS, NORM_BUDGET_SHARE * step_ns)
-            self.norm_every = min(max(GRAD_NORM_EVERY, math.ceil(self.norm_cost_ns / budget_ns)), 2 * self.norm_every)
+            self.norm_every = min(max(GRAD_NORM_EVERY, math.ceil(min(self.norm_costs) / budget_ns)), 2 * self.norm_every)
         self.last_norm = (step, started)
         self.next_norm_step = step + self.norm_every
 

@@ -189,6 +189,24 @@ def test_a_search_the_run_ends_says_what_each_candidate_measured_and_which_ran_u
     assert change["code"] == "DataLoader(..., num_workers=4)", change
 
 
+def test_a_change_the_run_ended_as_it_was_judged_is_no_search_and_no_fix():
+    from fastmon.common.verdicts import kept_faster, result_text, running_at_end, search_text
+    from fastmon.experiments import Experiment
+
+    # an interleaved switch judged faster, the verdict sent as the training ended
+    exp = Experiment(1, "tf32", "tf32", [{"value": "high"}], True, 10, "interleaved", live_params={"value": "high"},
+                     change=(1.2, 1.1, 1.3, 0.05), state="incomplete")
+    result = exp.result()
+    assert result["running_at_end"] is None and search_text(result) == ""
+    assert result_text(result) == "+20% samples/s [+10%, +30%], measured; the run ended as it was being applied"
+    # a worker count measured faster, the run ended while its drift check ran the original
+    returning = dict(result, id="dataloader.num_workers", method="sequential", kept=True)
+    assert not kept_faster(returning) and not kept_faster(result)
+    # older records: no verdict, kept meant faster; a search's unmeasured candidate is its params
+    assert kept_faster({"kept": True, "state": "incomplete"})
+    assert running_at_end({"state": "incomplete", "params": {"n": 8}, "tried": [{"params": {"n": 2}}]}) == {"n": 8}
+
+
 def test_a_failed_candidate_leaves_the_one_running_kept_without_a_new_apply():
     probe = Probe()
     runner = ExperimentRunner(probe, None)

@@ -255,6 +255,7 @@ def test_a_status_line_waits_for_the_bar_being_written_and_starts_its_own_line(t
 
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr("fastmon.script_output.SAY_WAIT_S", 30.0)  # a loaded machine does not end the wait
     output = ScriptOutput(tmp_path, lambda *_: None, lambda stream: None, passthrough=True)
     read, write = os.pipe()
     output.start({"stderr": read})
@@ -262,7 +263,8 @@ def test_a_status_line_waits_for_the_bar_being_written_and_starts_its_own_line(t
     assert terminal.writing.wait(10)
     saying = threading.Thread(target=output.say, args=(["[fastmon] 0:01 step 5"],))
     saying.start()
-    saying.join(0.3)  # it waits for the chunk being written
+    saying.join(0.3)
+    assert saying.is_alive()  # it waits for the chunk being written
     terminal.go.set()
     saying.join(10)
     os.close(write)

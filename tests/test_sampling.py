@@ -182,3 +182,8 @@ def test_one_gradient_norm_sample_the_scheduler_paused_does_not_end_the_spike_wa
     assert any(160 < step <= 400 for step in sampled), sampled
     # the spacing settles where the samples' own cost puts it: 30 µs at 250 ns a step
     assert sampled[-1] - sampled[-2] == 120, sampled
+    for _ in range(8):  # the gradients grew (a backbone unfrozen): 300 µs a sample from now on
+        step = part.next_norm_step
+        clock["now"] = step * 100_000 + 300_000
+        part._plan_next_norm(step, step * 100_000)
+    assert part.norm_every == 1200
