@@ -15,7 +15,7 @@ import sqlite3
 import pytest
 import torch
 
-from conftest import ROOT, SCRIPTS, run_dirs
+from conftest import ROOT, SCRIPTS, advised_for_the_code, run_dirs
 
 CLIENTS = ROOT / "tests" / "clients"
 
@@ -78,7 +78,7 @@ def test_a_client_is_counted_exactly_and_described_rightly(run_fastmon, report, 
     assert facts[f"model.{model}"]["conv"] is False  # transformers' Conv1D is a linear layer
     assert "None" not in json.dumps([a["evidence"] + a["fix"] for a in summary["advice"]])
     # healthy code: no problem advised (issue 25's false alarms: num_workers on in-memory data)
-    assert [a["id"] for a in summary["advice"] if a["kind"] == "problem"] == []
+    assert advised_for_the_code(summary["advice"]) == []
     assert summary["memory"]["workers_seen_max"] == 0  # none of these starts a DataLoader worker
     if client == "two_optimizers.py":
         assert {"optimizer.Adam", "optimizer.Adam.2"} <= set(facts)
@@ -220,7 +220,7 @@ def test_nanogpt_as_published_is_counted_exactly_and_its_flops_match_its_own_for
     params = 65 * width + layers * (12 * width**2 + 2 * width) + width
     formula = (6 * params + 12 * layers * heads * (width // heads) * tokens) * tokens * NANOGPT_SMALL["batch_size"]
     assert summary["compute"]["flops_per_step"] == pytest.approx(formula, rel=0.02)  # 365.1 vs 366.1 MFLOP
-    assert [a["id"] for a in summary["advice"] if a["kind"] == "problem"] == []
+    assert advised_for_the_code(summary["advice"]) == []
 
 
 def torch_before(major: int, minor: int) -> bool:

@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from conftest import EXAMPLES, SCRIPTS, run_dirs
+from conftest import EXAMPLES, SCRIPTS, advised_for_the_code, run_dirs
 from fastmon.headless import status_line
 from fastmon.common.phases import PHASES, STEP_FIELDS
 from fastmon.probe.sampling import TIME_ALL_FIRST
@@ -78,9 +78,9 @@ def test_in_memory_data_is_not_data_wait(run_fastmon, report):
     assert out.returncode == 0, out.stderr
     summary = report()
     assert summary["phases"]["data_wait"] < 0.2
-    assert summary["advice"] == []
-    # a healthy run is told so, not left with a blank where the advice would be
-    assert "advice: nothing to change — no problem fastmon knows was measured in this run" in out.stderr
+    assert advised_for_the_code(summary["advice"]) == []
+    if not summary["advice"]:  # a healthy run is told so, not left with a blank where the advice would be
+        assert "advice: nothing to change — no problem fastmon knows was measured in this run" in out.stderr
 
 
 @pytest.mark.e2e
