@@ -170,12 +170,12 @@ def search_text(result: dict) -> str:
 
 
 def running_at_end(result: dict) -> dict | None:
-    """What a trial the run ended was running, not yet measured (older records: its params
-    where no measured candidate had them)."""
+    """The candidate a search the run ended was trying, not yet measured (older records:
+    its params where the search's measured candidates had other ones)."""
     if "running_at_end" in result:
         return result["running_at_end"]
     tried = [t.get("params") for t in result.get("tried") or ()]
-    unmeasured = result.get("state") == ExperimentState.INCOMPLETE and result.get("params") not in tried
+    unmeasured = result.get("state") == ExperimentState.INCOMPLETE and tried and result.get("params") not in tried
     return result.get("params") if unmeasured else None
 
 

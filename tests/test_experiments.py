@@ -205,6 +205,7 @@ def test_a_change_the_run_ended_as_it_was_judged_is_no_search_and_no_fix():
     # older records: no verdict, kept meant faster; a search's unmeasured candidate is its params
     assert kept_faster({"kept": True, "state": "incomplete"})
     assert running_at_end({"state": "incomplete", "params": {"n": 8}, "tried": [{"params": {"n": 2}}]}) == {"n": 8}
+    assert running_at_end({"state": "incomplete", "params": {"value": "high"}, "tried": []}) is None  # no search
 
 
 def test_a_failed_candidate_leaves_the_one_running_kept_without_a_new_apply():
