@@ -59,10 +59,12 @@ def of_straggler(rank: int, evidence: str) -> str:
 def next_step(limit: str, advice: list[dict], compiled: bool) -> str:
     """The open problem the advisor expects most of; else the limit's own remedy."""
     problems = [a for a in advice if a.get("kind", PROBLEM) == PROBLEM and a.get("status", OPEN) == OPEN]
-    measured = [a for a in problems if (a.get("result") or {}).get("verdict") == FASTER]
-    if measured:  # measured faster as the run ended (a search it cut short): that setting, not the search again
-        best = max(measured, key=lambda a: a["result"].get("speedup") or 1.0)
-        return f"{best['title']}: {params_text(best['result'].get('params') or {})}, measured {change_text(best['result'])}"
+    # measured faster as the run ended (a search it cut short): that setting, not the search
+    # again; the live advice holds its trial's result, the report's what it measured
+    measured = [(a, r) for a in problems if (r := a.get("result") or a.get("measured") or {}).get("verdict") == FASTER]
+    if measured:
+        best, result = max(measured, key=lambda pair: pair[1].get("speedup") or 1.0)
+        return f"{best['title']}: {params_text(result.get('params') or {})}, measured {change_text(result)}"
     if problems:
         best = max(problems, key=lambda a: (a.get("est_gain") or 1.0, a["id"]))
         return f"{best['title']}: {best['fix']}" if best.get("fix") else best["title"]

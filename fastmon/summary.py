@@ -572,8 +572,8 @@ def _advice_out(a: dict) -> dict:
     return {"id": a["id"], "kind": a.get("kind", PROBLEM), "title": a["title"], "evidence": a["evidence"],
             "est_gain": a.get("est_gain"), "location": a.get("location"), "action": a["action"], "fix": a.get("fix"),
             "status": a.get("status"), "confidence": a.get("confidence"),
-            "measured": dict({k: result.get(k) for k in ("speedup", "speedup_interval", "verdict", "kept", "state",
-                                                          "error")}, running_at_end=running_at_end(result))
+            "measured": dict({k: result.get(k) for k in ("params", "speedup", "speedup_interval", "verdict", "kept",
+                                                          "state", "error")}, running_at_end=running_at_end(result))
             if result else None}
 
 

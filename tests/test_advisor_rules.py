@@ -466,6 +466,9 @@ def test_the_verdict_names_the_limit_its_evidence_and_one_next_step():
                  "speedup_interval": [6.1, 7.2], "running_at_end": {"num_workers": 16}}
     found = verdict(data, {"data_wait": 0.36}, [persistent, dict(workers, result=cut_short)], [cut_short])
     assert found.next == "More workers: num_workers=8, measured 6.6x samples/s [6.1x, 7.2x]"
+    # the report's advice holds what the trial measured, not the trial: the same verdict
+    reported = verdict(data, {"data_wait": 0.36}, [persistent, dict(workers, measured=cut_short)], [cut_short])
+    assert reported == found
     # a kept fix, the run still waiting, nothing left to try: said so, and what would help
     kept = [dict(workers, status="kept"), dict(persistent, status="kept")]
     found = verdict(data, {"data_wait": 0.36}, kept, [{"id": "dataloader.num_workers", "kept": True}])
