@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 DATA_BOUND_SHARE = 0.3  # of the step waiting for the next batch
 COMM_BOUND_SHARE = 0.3  # of the step in collectives
+COMM_NOTED_SHARE = 0.05  # of the step in collectives, from which a verdict says so
 LAUNCH_BOUND_BUSY = 60.0  # % of the steps' time the GPU is busy, below which it waits for the host
 # % SM active below which a busy GPU's kernels leave most SMs idle: DCGM's profiling-metrics
 # guide reads under 0.5 as "likely ineffective GPU usage" (0.8 needed, not sufficient)
@@ -39,6 +40,14 @@ class GpuBusy(NamedTuple):
     sm_active: float | None = None
 
 
+def of_even_ranks(evidence: str, comm: float) -> str:
+    """A verdict's evidence where several ranks run alike (no straggler) and collectives take
+    a noted share of the step: that time is the collectives' own, not a wait for a rank."""
+    if comm < COMM_NOTED_SHARE:
+        return evidence
+    return f"{evidence}, alike on every rank: the collectives' own time (bandwidth), not a wait for a slower rank"
+
+
 def bound(shares: dict, gpu: GpuBusy | None, on_gpu: bool, recurring_data: float | None = None
           ) -> tuple[str, str] | None:
     """(verdict, the evidence in words), or None where the evidence is missing (a GPU run
@@ -61,6 +70,9 @@ def limit(comm: float, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | N
     if comm >= COMM_BOUND_SHARE:
         return COMMUNICATION, f"{comm:.0%} of the step is in collectives"
     if not on_gpu:
+        if comm >= COMM_NOTED_SHARE:
+            return COMPUTE, f"the CPU computes the model: the steps do not keep waiting for data; {comm:.0%} of the " \
+                            "step is in collectives"
         return COMPUTE, "the CPU computes the model: the steps do not keep waiting for data or other ranks"
     if gpu is None:
         return None

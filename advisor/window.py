@@ -101,6 +101,20 @@ def recent(rows, steps: int) -> list:
     return rows[start:]
 
 
+def window_tokens(timed_rows: list, steps: int, samples: int) -> tuple[int | None, int | None]:
+    """``Window.tokens`` and ``tokens_nonpad`` from its timed rows."""
+    counted = [r for r in timed_rows if r.tokens is not None]
+    if not counted:
+        return None, None
+    tokens = sum(r.tokens for r in counted)
+    by_samples = sum(r.samples or 0 for r in counted)
+    total = round(samples * tokens / by_samples) if samples and by_samples else round(steps * tokens / len(counted))
+    masked = [r for r in counted if r.tokens_nonpad is not None]
+    if not masked or not (of := sum(r.tokens for r in masked)):
+        return total, None
+    return total, round(total * sum(r.tokens_nonpad for r in masked) / of)
+
+
 @dataclass
 class Window:
     steps: int = 0
@@ -132,6 +146,13 @@ class Window:
     # Kish's effective sample size of the timed steps, each weighing the steps it stands for:
     # 50 steps timed at the start and one more standing for 250 are worth ~1.4 timed steps
     timed_effective: float = 0.0
+    # collectives issued without waiting, running under the phases: seconds, as phase_totals
+    comm_overlapped: float = 0.0
+    # Tokens of every step: the timed steps' tokens per sample (per step, without samples) over
+    # the window's samples, so exact where every step is timed or each sample is as long; None
+    # where no timed step counted any. Non-padding ones likewise, where masks told them.
+    tokens: int | None = None
+    tokens_nonpad: int | None = None
 
     @classmethod
     def from_rows(cls, rows) -> "Window":
@@ -176,6 +197,9 @@ class Window:
             weighted = [(timed[i][COLUMN[phase]] or 0, stands_for[i][1]) for i in training]
             w.phase_median[phase] = weighted_quantile(weighted, 0.5)
             w.phase_p90[phase] = weighted_quantile(weighted, 0.9)
+        w.comm_overlapped = scale * sum((timed[i].comm_overlapped or 0) / timed[i].wall * stands_for[i][0]
+                                        for i in training if timed[i].wall > 0)
+        w.tokens, w.tokens_nonpad = window_tokens(rows, w.steps, samples)
         w.sync_calls = sum(col("sync_calls"))
         w.h2d_bytes = sum(col("h2d_bytes"))
         w.h2d_pageable_bytes = sum(col("h2d_pageable_bytes"))
@@ -225,6 +249,10 @@ class Window:
     @property
     def samples_per_s(self) -> float:
         return self.samples / self.wall if self.wall > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return None if self.tokens is None else self.tokens / self.wall if self.wall > 0 else 0.0
 
     @property
     def sync_calls_per_step(self) -> float:

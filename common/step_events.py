@@ -50,7 +50,9 @@ COMM_TAIL = 28  # (code, t_last_grad): the backward just closed waited for DDP's
 RESUMED = 29  # (code, t): the probe was suspended since the last event; that time is in no step
 UNTIMED_STEPS = 30  # (code, first_step, n, t_1 .. t_n, r_1 .. r_n): n untimed steps' ends, and their loader readings
 LOADER_READING = 31  # (code, reading): the training loader's batches delivered at this timed step's end
-ARITY = {LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, UNTIMED_STEPS: 3, LOADER_READING: 2,
+COMM_OVERLAP = 32  # (code, ns): a collective issued without waiting ran this long before its wait (or its end)
+TOKENS = 33  # (code, tokens, non-padding tokens or -1): a training forward's token ids
+ARITY = {COMM_OVERLAP: 2, TOKENS: 3, LEAVE: 2, LEAVE_AS: 3, LEAVE_BATCH: 3, STEP_END: 3, LEAVE_STEP_END: 3, UNTIMED_STEPS: 3, LOADER_READING: 2,
          FORWARD_TRAIN: 2,
          FORWARD_EVAL: 2, FORWARD_EVAL_GRAD: 2, SAMPLES: 2, H2D_COPY: 3, MEMORY: 4, GAP_IS_DATA: 2,
          COMM_TAIL: 2, RESUMED: 2, **{ENTER + p: 2 for p in range(len(PHASES))}}
@@ -63,8 +65,9 @@ UNTIMED_COUNTS = (None,) * 9
 class StepAssembler:
     """One rank's step rows (``StepRow``, seconds) from its probe's event log."""
 
-    def __init__(self, rank: int, samples_of: SamplesOf | None = None) -> None:
+    def __init__(self, rank: int, samples_of: SamplesOf | None = None, tokens_per_sample: int | None = None) -> None:
         self.rank = rank
+        self.tokens_per_sample = tokens_per_sample  # the user's count, for steps whose forwards showed no ids
         self.reading = -1  # the training loader's reading at the step about to end
         self._readings = LoaderReadings(samples_of)
         self.dropped = 0  # steps lost to a gap in the log
@@ -86,6 +89,8 @@ class StepAssembler:
         self.acc = [0] * (len(PHASES) + 1)
         self.samples = self.batch_samples = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
         self.sync_calls = self.h2d_bytes = self.h2d_pageable_bytes = 0
+        self.comm_overlapped = 0
+        self.tokens = self.tokens_nonpad = None
         self.memory = (0, 0, 0)
 
     def feed(self, log: bytes, perf0: int, wall0: float, gap: bool = False) -> list[list]:
@@ -183,6 +188,14 @@ class StepAssembler:
             if self.mark is not None and not self.stack:
                 self.acc[IDLE] += ints[i + 1] - self.mark
                 self.mark = ints[i + 1]
+        elif code == COMM_OVERLAP:
+            self.comm_overlapped += max(ints[i + 1], 0)
+        elif code == TOKENS:
+            self.tokens = (self.tokens or 0) + ints[i + 1]
+            if ints[i + 2] >= 0 and (self.tokens_nonpad is not None or self.tokens == ints[i + 1]):
+                self.tokens_nonpad = (self.tokens_nonpad or 0) + ints[i + 2]
+            else:  # a forward whose mask was not read: the step's count is not known
+                self.tokens_nonpad = None
         elif code == COMM_TAIL:
             # self.mark is the end of the backward just closed.
             wait = min(self.mark - ints[i + 1], self.acc[BACKWARD]) if self.mark is not None else 0
@@ -205,9 +218,12 @@ class StepAssembler:
             if timed:
                 samples = self.samples if delivered is None else delivered
                 self._untimed_samples.timed(step, samples)
+                if self.tokens is None and self.tokens_per_sample:
+                    self.tokens = samples * self.tokens_per_sample
                 rows.append(StepRow(*head, *(v * NS for v in acc[:IDLE]), samples, *self.memory, self.h2d_bytes,
                                     self.h2d_pageable_bytes, self.sync_calls, self.eval_forwards,
-                                    self.eval_grad_forwards, self.micro_batches, 1))
+                                    self.eval_grad_forwards, self.micro_batches, 1, self.comm_overlapped * NS,
+                                    self.tokens, self.tokens_nonpad))
             else:
                 samples = self._untimed_samples.untimed(step) if delivered is None else delivered
                 rows.append(StepRow(*head, *UNTIMED_PHASES, samples, *UNTIMED_COUNTS, 0))

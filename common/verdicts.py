@@ -121,8 +121,11 @@ def change_text(result: dict) -> str:
 
 
 def rates_text(result: dict) -> str:
-    """"1,234.5 → 2,345.6 samples/s": a change's before and after, live or between two runs."""
+    """"1,234.5 → 2,345.6 samples/s": a change's before and after, live or between two runs (in
+    tokens/s where compare judged two language-model runs by them)."""
     before, after = result.get("before_samples_per_s") or 0.0, result.get("after_samples_per_s")
+    if result.get("after_tokens_per_s") is not None:  # compare's runs of a language model: judged on tokens
+        return f"{result['before_tokens_per_s']:,.0f} → {result['after_tokens_per_s']:,.0f} tokens/s"
     if after is not None:
         return f"{before:,.1f} → {after:,.1f} samples/s"
     return f"{before:,.1f} samples/s before" if before else "nothing measured"

@@ -91,7 +91,7 @@ def run_parser() -> argparse.ArgumentParser:
                                         "torchrun's options (torch.distributed.run --help) pass through to torchrun.",
         parents=[runs_dir_option()],
         usage="fastmon run [--headless [--status-every SECONDS]] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
-              "[--every-step] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] "
+              "[--every-step] [--tokens-per-sample N] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] "
               "[--baseline RUN [--fail-if-slower PCT]] [--log-to TRACKERS] [--job-port PORT] [torchrun options] "
               "(SCRIPT | -m MODULE) [ARGS...]")
     parser.add_argument("--headless", action="store_true", help="no dashboard: output passes through, "
@@ -108,6 +108,9 @@ def run_parser() -> argparse.ArgumentParser:
                         help="time the phases of every step; by default steps shorter than ~50 ms are timed "
                              "in a random sample, which keeps the probe's cost under ~10 µs a step")
     parser.add_argument("--exit-on-finish", action="store_true", help="close the dashboard when the script ends")
+    parser.add_argument("--tokens-per-sample", type=whole_number(1), metavar="N",
+                        help="a language model whose forward takes no `input_ids` and no integer ids first: its "
+                             "tokens are N a sample (fastmon counts them itself where it finds the ids)")
     parser.add_argument("--profile-at", type=whole_number(0), metavar="STEP",
                         help="capture steps from STEP on with torch.profiler: a trace in the run folder, the top "
                              "operators and torch's anti-pattern findings (the dashboard's t key does it now)")
@@ -267,7 +270,7 @@ def cmd_run(argv: list[str]) -> int:
                              {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
                          torchrun=torchrun or None, every_step=args.every_step, profile_at=args.profile_at,
                          profile_steps=args.profile_steps, log_to=tuple(args.log_to), metrics_port=args.metrics_port,
-                         job_port=args.job_port)
+                         job_port=args.job_port, tokens_per_sample=args.tokens_per_sample)
     if headless:
         code, run_dir = run_headless(options, args.status_every)
     else:

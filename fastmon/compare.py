@@ -65,8 +65,13 @@ def steady_speeds(record: RunRecord, since: int | None) -> dict[int, dict]:
         walls = [table.walls[p] for p in keep]
         samples = [table.samples[p] for p in keep] if table.samples.positions else [table.samples.usual] * len(keep)
         wall = sum(walls)
-        out[rank] = {"steps": len(walls), "batch": table.samples.usual,
-                     "samples_per_s": sum(samples) / wall if wall > 0 else 0.0,
+        samples_per_s = sum(samples) / wall if wall > 0 else 0.0
+        counted = [table.timed[p] for p in keep if p in table.timed and table.timed[p].tokens is not None]
+        by_samples = sum(r.samples or 0 for r in counted)
+        out[rank] = {"steps": len(walls), "batch": table.samples.usual, "samples_per_s": samples_per_s,
+                     # at the timed steps' tokens per sample: the same error as the samples'
+                     "tokens_per_s": samples_per_s * sum(r.tokens for r in counted) / by_samples if by_samples
+                     else None,
                      "error": rate_error(walls, samples, BLOCKS), "phase_noise": phase_noise(table, keep)}
     return out
 
@@ -114,7 +119,8 @@ def side(run_dir) -> dict:
     return {
         "run": str(run_dir), "workload": workload(meta, speeds), "environment": environment(meta, facts),
         "steps": summary["steps"], "steady_steps": speeds[min(speeds)]["steps"] if speeds else 0, "since_step": since,
-        "samples_per_s": figures["samples_per_s"], "step_ms_mean": round(mean_ms, 4),
+        "samples_per_s": figures["samples_per_s"], "tokens_per_s": figures.get("tokens_per_s"),
+        "step_ms_mean": round(mean_ms, 4),
         "step_ms": figures["step_ms"],
         "phase_ms": {p: round(figures["phases"][p] * mean_ms, 4) for p in PHASES},
         "phases": figures["phases"],
@@ -177,9 +183,13 @@ def judged(a: dict, b: dict, floor: float = BETWEEN_RUNS_NOISE) -> dict:
     """B's speed against A's: the ratio, its interval (never narrower than ``floor`` either
     way) and the verdict, under the names a change applied live has (``Experiment.result``)."""
     rates = {"before_samples_per_s": round(a["samples_per_s"], 3), "after_samples_per_s": round(b["samples_per_s"], 3)}
-    if not a["samples_per_s"] or not b["samples_per_s"]:
+    unit = "samples_per_s"
+    if a.get("tokens_per_s") and b.get("tokens_per_s"):  # a language model's speed is its tokens'
+        unit = "tokens_per_s"
+        rates.update(before_tokens_per_s=round(a[unit], 3), after_tokens_per_s=round(b[unit], 3))
+    if not a[unit] or not b[unit]:
         return {**rates, "speedup": None, "speedup_interval": None, "verdict": judge(None)}
-    interval = speed_interval(b["samples_per_s"] / a["samples_per_s"], (a["error"], b["error"]), floor)
+    interval = speed_interval(b[unit] / a[unit], (a["error"], b["error"]), floor)
     return {**rates, "speedup": round(interval[0], 4),
             "speedup_interval": [round(interval[1], 4), round(interval[2], 4)], "verdict": judge(interval)}
 
@@ -323,6 +333,8 @@ def format_text(result: dict) -> str:
 
     row("steps compared", f"{a['steady_steps']:,}", f"{b['steady_steps']:,}")
     row("samples/s", f"{a['samples_per_s']:,.1f}", f"{b['samples_per_s']:,.1f}")
+    if a.get("tokens_per_s") is not None or b.get("tokens_per_s") is not None:
+        row("tokens/s", *(f"{s['tokens_per_s']:,.0f}" if s.get("tokens_per_s") is not None else "n/a" for s in (a, b)))
     row("step ms mean", f"{a['step_ms_mean']:.2f}", f"{b['step_ms_mean']:.2f}")
     row("step ms median", f"{a['step_ms']['median']:.2f}", f"{b['step_ms']['median']:.2f}")
     row("step ms p90", f"{a['step_ms']['p90']:.2f}", f"{b['step_ms']['p90']:.2f}")

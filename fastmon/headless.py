@@ -48,6 +48,8 @@ def status_line(view, argv: list[str] = ()) -> str:
              + (f" ETA {clock(eta)}" if eta is not None else ""),
              f"{window.steps_per_s:.1f} steps/s",
              f"{window.samples_per_s:,.0f} samples/s" if window.samples else "samples unknown"]
+    if window.tokens_per_s is not None:
+        parts.append(f"{window.tokens_per_s:,.0f} tokens/s")
     if shares:
         parts.append(shares)
     lost = lost_nodes(view.events)

@@ -52,6 +52,11 @@ class RankState:
     wall: float = 0.0
     # the start-up steps (``summary.steady_left_out``): step -> (wall, samples)
     left_out: dict = field(default_factory=dict)
+    # Tokens so far (None: none counted yet): the timed steps' own, and each untimed step's
+    # by the last timed step's tokens per sample (per step, where samples are unknown), so
+    # the total only rises (a Prometheus counter)
+    tokens: int | None = None
+    _tokens_of: tuple[int, int] = (0, 0)  # the last timed step's (tokens, samples)
 
     def add(self, row: StepRow, start_up: bool) -> None:
         if start_up:
@@ -60,12 +65,19 @@ class RankState:
         self.steps += 1
         self.samples += row.samples
         self.wall += row.wall
+        if row.tokens is not None:
+            self.tokens = (self.tokens or 0) + row.tokens
+            self._tokens_of = (row.tokens, row.samples)
+        elif self.tokens is not None and not row.timed:
+            tokens, samples = self._tokens_of
+            self.tokens += round(tokens * row.samples / samples) if samples and row.samples else tokens
 
     def leave_out(self, row: StepRow) -> None:
         self.left_out[row.step] = (row.wall, row.samples)
 
     def view(self) -> RankView:
-        return RankView(tuple(self.rows), self.steps, self.samples, self.wall, MappingProxyType(dict(self.left_out)))
+        return RankView(tuple(self.rows), self.steps, self.samples, self.wall, MappingProxyType(dict(self.left_out)),
+                        self.tokens)
 
 
 @dataclass(frozen=True)
@@ -75,13 +87,20 @@ class RankView:
     samples: int = 0
     wall: float = 0.0
     left_out: Mapping[int, tuple[float, int]] = field(default_factory=lambda: MappingProxyType({}))
+    tokens: int | None = None
 
     def steady_rates(self) -> dict:
-        """The steady run's rates, as the report computes them from the record."""
+        """The steady run's rates, as the report computes them from the record (tokens/s at
+        the run's tokens per sample)."""
         if self.steps <= len(self.left_out):
-            return rates(self.steps, self.samples, self.wall)
-        return rates(self.steps - len(self.left_out), self.samples - sum(n for _, n in self.left_out.values()),
-                     self.wall - sum(w for w, _ in self.left_out.values()))
+            out = rates(self.steps, self.samples, self.wall)
+        else:
+            out = rates(self.steps - len(self.left_out), self.samples - sum(n for _, n in self.left_out.values()),
+                        self.wall - sum(w for w, _ in self.left_out.values()))
+        if self.tokens is not None:
+            out["tokens_per_s"] = round(out["samples_per_s"] * self.tokens / self.samples, 3) if self.samples else \
+                round(self.tokens / self.wall, 3) if self.wall > 0 else 0.0
+        return out
 
 
 @dataclass

@@ -33,6 +33,8 @@ class Metrics:
         view = self.view_of()
         steps = CounterMetricFamily("fastmon_steps", "Training steps ended", labels=LABELS)
         samples = CounterMetricFamily("fastmon_samples", "Samples the training took from its loader", labels=LABELS)
+        tokens = CounterMetricFamily("fastmon_tokens", "Token ids the training's forwards fed a language model",
+                                     labels=LABELS)
         step_time = SummaryMetricFamily("fastmon_step_seconds", "Wall time of a training step", labels=LABELS)
         shares = GaugeMetricFamily("fastmon_phase_ratio", "Share of the recent steps' time in each phase",
                                    labels=(*LABELS, "phase"))
@@ -47,6 +49,8 @@ class Metrics:
             labels = (self.run, self.node, str(rank))
             steps.add_metric(labels, figures.steps)
             samples.add_metric(labels, figures.samples)
+            if figures.tokens is not None:
+                tokens.add_metric(labels, figures.tokens)
             step_time.add_metric(labels, count_value=figures.steps, sum_value=figures.wall)
             rows = recent(current_rows(list(figures.rows), list(view.applied), figures.left_out), RECENT_STEPS)
             window = Window.from_rows(rows)
@@ -59,7 +63,7 @@ class Metrics:
             said = judge(window_summary(window), ranks, slowest, busy_during(list(view.gpu), rows), on_gpu).bound
             if said is not None:
                 verdict.add_metric((*labels, said[0]), 1)
-        yield from (steps, samples, step_time, shares, verdict)
+        yield from (steps, samples, tokens, step_time, shares, verdict)
         yield from self._devices(gpu)
         yield self._changes(view.applied)
 

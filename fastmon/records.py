@@ -27,7 +27,7 @@ DEFAULT_RUNS_DIR = "fastmon-runs"
 DEVICE_FIELDS = ("rank", "step", "device_step", "device_forward", "device_backward", "device_optimizer",
                  "device_idle_before_forward")
 
-_REAL_FIELDS = {"t_end", "wall", *PHASES}
+_REAL_FIELDS = {"t_end", "wall", *PHASES, "comm_overlapped"}
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -252,8 +252,8 @@ def _json(text, where: str):
 
 MAX_STEP_S = 86400.0  # a step's wall time, at most: a day
 MAX_TIME = 1e11  # a time of day in seconds since 1970, at most (the year 5138)
-_PHASE_AT = [STEP_FIELDS.index(p) for p in PHASES]
-_SAMPLES_AT = STEP_FIELDS.index("samples")
+_PHASE_AT = [STEP_FIELDS.index(p) for p in (*PHASES, "comm_overlapped")]
+_COUNTS_AT = [STEP_FIELDS.index(f) for f in ("samples", "tokens", "tokens_nonpad")]
 # The same checks as _checked's, in SQL: the rows of a rank that fail one, for a column read
 STEP_RANGE_FAILS = ("typeof(step) != 'integer' OR typeof(wall) NOT IN ('real', 'integer') OR NOT (wall > 0) "
                     f"OR wall > {MAX_STEP_S} OR typeof(t_end) NOT IN ('real', 'integer') OR abs(t_end) > {MAX_TIME} "
@@ -271,9 +271,10 @@ def row_problem(row: tuple) -> str | None:
         return f"rank {rank}, step {step}: a wall time of {wall:g} s (not above 0 and at most a day)"
     if not abs(t_end) <= MAX_TIME:
         return f"rank {rank}, step {step}: an end time of {t_end:g}"
-    samples = row[_SAMPLES_AT] if len(row) > _SAMPLES_AT else None
-    if samples is not None and (not isinstance(samples, int) or samples < 0):
-        return f"rank {rank}, step {step}: {samples!r} samples (not a whole number from 0)"
+    for i in _COUNTS_AT:
+        count = row[i] if len(row) > i else None
+        if count is not None and (not isinstance(count, int) or count < 0):
+            return f"rank {rank}, step {step}: {count!r} {STEP_FIELDS[i]} (not a whole number from 0)"
     for i in _PHASE_AT:
         value = row[i] if len(row) > i else None
         if value is not None and (not isinstance(value, (int, float)) or not abs(value) <= MAX_STEP_S):

@@ -215,6 +215,33 @@ def change_lines(changes: dict | None) -> list[str]:
     return lines
 
 
+def tokens_text(s: dict) -> str:
+    """`` · N tokens/s`` beside the samples (the job's too, over several ranks), or nothing
+    where the model is fed no token ids (docs/sharded.md)."""
+    if s.get("tokens_per_s") is None:
+        return ""
+    text = f" · {s['tokens_per_s']:,.0f} tokens/s"
+    if s.get("tokens_nonpad_per_s") is not None:
+        text += f" ({s['tokens_nonpad_per_s']:,.0f} not padding)"
+    ranks = [r for r in s.get("ranks") or [] if r.get("tokens_per_s") is not None]
+    if len(ranks) > 1:
+        text += f" (the job's {sum(r['tokens_per_s'] for r in ranks):,.0f})"
+    return text + f", {s['tokens']:,} tokens in all"
+
+
+def comm_lines(s: dict) -> list[str]:
+    """What the collectives took: the share the step waited (the comm row), and the share
+    that ran under the other phases."""
+    exposed, overlapped = s["phases"].get("comm", 0.0), s.get("comm_overlapped") or 0.0
+    if not exposed and not overlapped:
+        return []
+    waited = f"  comm: the step waited {exposed:.1%} of its time in collectives (exposed)"
+    if not overlapped:  # DDP's bucketed all-reduce under backward shows only as the wait it leaves
+        return [f"{waited}; no collective issued without waiting was seen running under the other phases"]
+    return [f"{waited}; collectives it did not wait for ran {overlapped:.1%} of it under the other phases "
+            f"(overlapped)"]
+
+
 def format_text(s: dict) -> str:
     lines = []
     exit_code = s.get("exit_code")
@@ -228,7 +255,7 @@ def format_text(s: dict) -> str:
                     f"{len(ranks)} ranks)")
     lines.append(
         f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {steady}{s['steps_per_s']:.2f} steps/s · "
-        f"{samples} · {ending(exit_code)}")
+        f"{samples}{tokens_text(s)} · {ending(exit_code)}")
     lines.append(f"  step time median {s['step_ms']['median']:.2f} ms, p90 {s['step_ms']['p90']:.2f} ms")
     lines += verdict_lines(s)
     lines += startup_lines(s)
@@ -262,6 +289,9 @@ def format_text(s: dict) -> str:
         bar = "█" * round(share * 30)
         lines.append(f"  {phase:<10} {share:>7.1%} {s['phase_ms'][phase]['median']:>10.3f} "
                      f"{s['phase_ms'][phase]['p90']:>9.3f}  {bar}")
+    lines += comm_lines(s)
+    if s.get("tokens_note"):
+        lines.append(f"  {s['tokens_note']}")
     lines += change_lines(s.get("changes"))
     if s.get("device"):
         d = s["device"]

@@ -82,6 +82,7 @@ class RunOptions:
     log_to: tuple[str, ...] = ()  # experiment trackers fastmon's figures go to (fastmon.loggers)
     metrics_port: int = METRICS_PORT  # --log-to prometheus: where /metrics is served
     job_port: int | None = None  # a multi-node job: where node 0's monitor listens (default master port + 1)
+    tokens_per_sample: int | None = None  # where the model's inputs hold no token ids fastmon finds (docs/sharded.md)
     python: str = sys.executable
 
 
@@ -159,7 +160,7 @@ class Session:
         meta = {"target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
                 "started": self._state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
                 "gpu_note": self.gpu.note, "script": " ".join(self.options.target),
-                "profile_at": self.options.profile_at,
+                "profile_at": self.options.profile_at, "tokens_per_sample": self.options.tokens_per_sample,
                 # what `fastmon compare` names when two runs' environments differ
                 "fastmon": __version__, "python": platform.python_version(), "host": socket.gethostname(),
                 "gpu_driver": self.gpu.driver, "advisor": rules_digest(),
@@ -461,7 +462,7 @@ class Session:
         rank = message["rank"]
         assembler = self._assemblers.get(rank)
         if assembler is None:
-            assembler = self._assemblers[rank] = StepAssembler(rank, self._samples_of)
+            assembler = self._assemblers[rank] = StepAssembler(rank, self._samples_of, self.options.tokens_per_sample)
         lost = assembler.dropped
         rows = assembler.feed(message["log"], message["perf0"], message["wall0"],
                               gap=message.get("gap", False))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from fastmon.advisor.bound import GpuBusy, bound, remedies
+from fastmon.advisor.bound import GpuBusy, bound, of_even_ranks, remedies
 from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.verdict import verdict
-from fastmon.advisor.window import Window, recent
+from fastmon.advisor.window import Window, recent, window_tokens
 from fastmon.calibration import measured_tflops
 from fastmon.peaks import math_dtype, peak_tflops
 from fastmon.permanent import line_text, permanent_changes
@@ -39,9 +39,20 @@ def rates(steps: int, samples: int, wall: float, phase_totals: dict | None = Non
     return out
 
 
+def token_rates(tokens: int | None, tokens_nonpad: int | None, wall: float) -> dict:
+    """The tokens and their rate (None where the run's model is fed none), as the report rounds them."""
+    per_s = lambda n: None if n is None else round(n / wall, 3) if wall > 0 else 0.0  # noqa: E731
+    return {"tokens": tokens, "tokens_per_s": per_s(tokens), "tokens_nonpad": tokens_nonpad,
+            "tokens_nonpad_per_s": per_s(tokens_nonpad)}
+
+
 def window_summary(window: Window) -> dict:
+    total = sum(window.phase_totals.values())
     return {
         **rates(window.steps, window.samples, window.wall, window.phase_totals),
+        **token_rates(window.tokens, window.tokens_nonpad, window.wall),
+        # collectives that ran under the phases, as a share of the same time (not in the shares' 100%)
+        "comm_overlapped": round(window.comm_overlapped / total, 5) if total > 0 else 0.0,
         "timed_steps": window.timed_steps,
         "phase_ms": {p: {"median": round(window.phase_median[p] * 1e3, 4), "p90": round(window.phase_p90[p] * 1e3, 4)}
                      for p in PHASES},
@@ -74,8 +85,10 @@ def steady_summary(table: StepTable, left_out) -> dict:
     its start-up steps (``steady_left_out``; all of them in a run of start-up alone)."""
     steady = table.window(left_out=left_out)
     out = window_summary(steady if steady.steps else table.window())
-    out.update(steps=len(table), samples=table.samples.total(), duration_s=round(sum(table.walls), 4),
-               steady_steps=steady.steps or len(table))
+    samples = table.samples.total()
+    tokens, tokens_nonpad = window_tokens(list(table.timed.values()), len(table), samples)
+    out.update(steps=len(table), samples=samples, duration_s=round(sum(table.walls), 4),
+               steady_steps=steady.steps or len(table), tokens=tokens, tokens_nonpad=tokens_nonpad)
     return out
 
 
@@ -229,7 +242,10 @@ def judge(own: dict, ranks: list[dict], slowest: int | None, busy: dict[int, Gpu
     GPU's ``busy``) and their ``bound``."""
     steps, rank = judged_steps(own, ranks, slowest)
     gpu = gpu_of(busy or {}, rank)
-    return Judged(bound_of(steps, gpu, on_gpu), steps, rank, gpu)
+    found = bound_of(steps, gpu, on_gpu)
+    if found and len(ranks) > 1 and rank is None:
+        found = found[0], of_even_ranks(found[1], steps["phases"].get("comm", 0.0))
+    return Judged(found, steps, rank, gpu)
 
 
 def bound_of(steps: dict, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] | None:
@@ -239,6 +255,30 @@ def bound_of(steps: dict, gpu: GpuBusy | None, on_gpu: bool) -> tuple[str, str] 
     if found and steps.get("timed_effective", MIN_EFFECTIVE_TIMED) < MIN_EFFECTIVE_TIMED:
         return found[0], f"{found[1]}; {FEW_TIMED}"
     return found
+
+
+def job_rates(ranks: list[dict]) -> dict:
+    """The whole job's rates and totals: its ranks' summed."""
+    counted = [r for r in ranks if r.get("tokens") is not None]
+    total = lambda key: round(sum(r[key] for r in counted), 3) if counted else None  # noqa: E731
+    return {"ranks": len(ranks), "samples": sum(r["samples"] for r in ranks),
+            "samples_per_s": round(sum(r["samples_per_s"] for r in ranks), 3),
+            "tokens": total("tokens"), "tokens_per_s": total("tokens_per_s")}
+
+
+TOKENS_OPTION = "--tokens-per-sample"
+
+
+def tokens_note(summary: dict, facts: dict, meta: dict) -> str | None:
+    """Where the tokens come from when it is not the model's own ids, or why there are none
+    although the model holds an embedding."""
+    if summary.get("tokens") is not None:
+        n = meta.get("tokens_per_sample")
+        return f"tokens as {TOKENS_OPTION} {n} said" if n else None
+    if any(isinstance(v, dict) and v.get("embedding") for k, v in facts.items() if k.startswith("model.")):
+        return (f"tokens not counted: the model holds an nn.Embedding, but its training forward took no `input_ids` "
+                f"and no integer ids first; `fastmon run {TOKENS_OPTION} N` counts N a sample")
+    return None
 
 
 def summarize(run_dir) -> dict:
@@ -268,6 +308,7 @@ def summarize(run_dir) -> dict:
                 rank_left_out = set(steady_left_out(tables[rank], slowed.get(rank, {})))
                 summary["ranks"].append({"rank": rank, **steady_summary(tables[rank], rank_left_out)})
         summary["straggler"] = straggler(summary["ranks"])
+        summary["job"] = job_rates(summary["ranks"] or [summary])
         summary["memory"] = _memory(primary, records[0])
         summary["gpu"] = _gpu(records[0], meta, steady_span(records[0], ranks[0] if ranks else 0, primary, left_out))
         summary["device"] = _device(records[0])
@@ -282,6 +323,7 @@ def summarize(run_dir) -> dict:
         summary["job_link"] = meta.get("job_link")
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         facts = records[0].facts()
+        summary["tokens_note"] = tokens_note(summary, facts, meta)
         from fastmon.rederive import advice_now, advised_by_other_rules  # (it reads this module's windows)
 
         summary["advice_rederived"] = advised_by_other_rules(meta)

@@ -33,6 +33,7 @@ def describe_model(module: torch.nn.Module) -> dict:
         # By type, not name: transformers' Conv1D (GPT-2) is a linear layer.
         "conv": any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in modules),
         "matmul": any(isinstance(m, MATMUL_LAYERS) or _is_hf_conv1d(m) for m in modules),
+        "embedding": any(isinstance(m, torch.nn.Embedding) for m in modules),  # its integer input: tokens
         "sequence_first": sequence_first(modules),
         "conv_bias_before_bn": conv_bias_before_bn(inner),
         "channels_last": any(p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)

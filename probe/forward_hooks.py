@@ -40,8 +40,9 @@ from fastmon.probe.batch_change import remember_inputs
 from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import fmt, user_frame
+from fastmon.probe.tokens import token_counts
 from fastmon.common.phases import FORWARD
-from fastmon.common.step_events import ENTER, FORWARD_EVAL, FORWARD_EVAL_GRAD, FORWARD_TRAIN, LEAVE, SAMPLES
+from fastmon.common.step_events import ENTER, FORWARD_EVAL, FORWARD_EVAL_GRAD, FORWARD_TRAIN, LEAVE, SAMPLES, TOKENS
 
 DISCOVERY_STEPS = 3
 REDISCOVER_AFTER = 50
@@ -76,6 +77,7 @@ class ForwardPart(Part):
         self.roots: "weakref.WeakValueDictionary[int, torch.nn.Module]" = weakref.WeakValueDictionary()
         self.root_has_params: dict[int, bool] = {}
         self.sequence_first: set[int] = set()  # roots whose inputs are (time, batch, ...)
+        self.token_roots: set[int] = set()  # roots holding an nn.Embedding: their integer input is tokens
         self.handles: list = []
         self.global_handles: list = []  # the discovery's global hooks, also in handles
         self.compile_in_use = False  # torch.compile was called: no global hook again
@@ -238,7 +240,7 @@ class ForwardPart(Part):
             return
         self.global_handles = [
             nn_module.register_module_forward_pre_hook(self._pre),
-            nn_module.register_module_forward_hook(self._post, always_call=True),
+            nn_module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
         ]
         self.handles += self.global_handles
 
@@ -249,7 +251,7 @@ class ForwardPart(Part):
         for module in roots:
             if id(module) in self.hooked:
                 self.handles.append(module.register_forward_pre_hook(self._pre))
-                self.handles.append(module.register_forward_hook(self._post, always_call=True))
+                self.handles.append(module.register_forward_hook(self._post, with_kwargs=True, always_call=True))
             else:
                 self._wrap_call(module)
 
@@ -314,11 +316,16 @@ class ForwardPart(Part):
             self.fail(exc)
         return None
 
-    def _post(self, module, args, output):
+    def _post(self, module, args, kwargs, output):
         if is_compiling() or not self.on or threading.get_ident() != self.main_thread or self.depth == 0:
             return None
         self.depth -= 1
         if self.depth == 0:
+            if module.training:  # global hooks see a call's keywords only here
+                try:
+                    self.count_tokens(module, args, kwargs)
+                except Exception as exc:
+                    self.fail(exc)
             self.probe.clock.leave()
             if self.cuda:
                 self.mark_forward_end()
@@ -343,6 +350,8 @@ class ForwardPart(Part):
                     clock.reclassify_gap_as_data_wait()
                 if has_params and args:
                     clock.put((SAMPLES, batch_size_of(args[0], 1 if id(module) in self.sequence_first else 0)))
+            if kwargs is not None:  # called through the slot; the hooks' way counts at the call's end (_post)
+                self.count_tokens(module, args, kwargs)
             if has_params and self.count_watch is not None:
                 self.count_watch.add(module, args, kwargs)
             if has_params and self.cuda:  # for a batch-size trial between steps (batch_change.check_fits)
@@ -370,6 +379,10 @@ class ForwardPart(Part):
         if self.cuda:
             probe.cuda_mark("forward_start")
 
+    def count_tokens(self, module, args, kwargs) -> None:
+        if id(module) in self.token_roots and (counted := token_counts(args, kwargs)) is not None:
+            self.probe.clock.put((TOKENS, *counted))
+
     def mark_forward_end(self) -> None:
         try:
             self.probe.cuda_mark("forward_end")
@@ -385,6 +398,8 @@ class ForwardPart(Part):
             described = facts.describe_model(module)
             if described["sequence_first"]:
                 self.sequence_first.add(key)
+            if described["embedding"]:
+                self.token_roots.add(key)
             probe.fact(f"model.{described['class']}", described)  # the model as the user wrote it
         if probe.dist_part is not None and isinstance(module, torch.nn.parallel.DistributedDataParallel):
             probe.dist_part.watch_ddp(module)

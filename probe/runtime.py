@@ -87,9 +87,8 @@ class Probe:
         self.flops = FlopCount(self)
         # what starts and stops at step boundaries (the hot-apply side: an interleaved trial's switches)
         self.between_steps = (self.profile, self.flops, self.hot)
-        # What arm/disarm visit; the collectives only once torch.distributed is initialized
-        # (seen at the settings poll): no collective can run before.
-        self.toggled = [part for part in self.parts if type(part).arm is not Part.arm and part is not self.dist_part]
+        # What arm/disarm visit (the collectives' wrappers stay in: they time only timed steps)
+        self.toggled = [part for part in self.parts if type(part).arm is not Part.arm]
 
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -357,20 +356,11 @@ class Probe:
         if step % SETTINGS_EVERY == 0:
             self.settings_fact()
             self.fact("trackers", facts.experiment_trackers())
-            self._watch_collectives()
             if not forward.discovering:
                 forward.check_call_slots()
         self.next_housekeeping = min(step + 1 if forward.discovering else math.inf,
                                      step - step % SETTINGS_EVERY + SETTINGS_EVERY,
                                      backward.next_check())
-
-    def _watch_collectives(self) -> None:
-        import torch.distributed as dist
-
-        part = self.dist_part
-        if part is not None and part.on and part not in self.toggled and dist.is_initialized():
-            self.toggled.append(part)
-            part.arm()  # the step is timed: housekeeping runs at timed steps' ends
 
     def cuda_mark(self, name: str) -> None:
         """A CUDA event at a phase boundary; callers check ``self.cuda`` first."""

@@ -84,6 +84,8 @@ def test_a_client_is_counted_exactly_and_described_rightly(run_fastmon, report, 
         assert {"optimizer.Adam", "optimizer.Adam.2"} <= set(facts)
     if client == "sequence_first.py":
         assert facts["model.RNNModel"]["sequence_first"] is True
+    # a language model's input ids are tokens; a float input's are none
+    assert (summary["tokens"] is not None) == (client in ("hf_trainer.py", "sequence_first.py"))
 
 
 @pytest.mark.e2e
@@ -220,6 +222,9 @@ def test_nanogpt_as_published_is_counted_exactly_and_its_flops_match_its_own_for
     params = 65 * width + layers * (12 * width**2 + 2 * width) + width
     formula = (6 * params + 12 * layers * heads * (width // heads) * tokens) * tokens * NANOGPT_SMALL["batch_size"]
     assert summary["compute"]["flops_per_step"] == pytest.approx(formula, rel=0.02)  # 365.1 vs 366.1 MFLOP
+    # its tokens: "tokens per iteration will be: N", each iteration
+    (per_iteration,) = map(int, re.findall(r"tokens per iteration will be: ([\d,]+)", out.stdout.replace(",", "")))
+    assert summary["tokens"] == per_iteration * steps == steps * NANOGPT_SMALL["batch_size"] * tokens
     assert advised_for_the_code(summary["advice"]) == []
 
 

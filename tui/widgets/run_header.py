@@ -65,9 +65,12 @@ def line2_items(snap, busy_redraw: bool) -> list[tuple[int, Text]]:
     if snap.epoch:
         items.append((5, Text(f"epoch {snap.epoch}" + (f"/{snap.epochs_total}" if snap.epochs_total else ""))))
     if snap.status in (RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.REPLAY):
-        items.append((4, Text(f"now {recent.steps_per_s:,.1f} steps/s, {recent.samples_per_s:,.0f} samples/s")))
+        now_tokens = f", {recent.tokens_per_s:,.0f} tokens/s" if recent.tokens_per_s is not None else ""
+        items.append((4, Text(f"now {recent.steps_per_s:,.1f} steps/s, {recent.samples_per_s:,.0f} samples/s"
+                              f"{now_tokens}")))
+    run_tokens = f", {run['tokens_per_s']:,.0f} tokens/s" if run.get("tokens_per_s") is not None else ""
     items.append((3, Text(f"run {run.get('steps_per_s', 0):,.2f} steps/s, {run.get('samples_per_s', 0):,.1f} "
-                          f"samples/s", style="bold")))
+                          f"samples/s{run_tokens}", style="bold")))
     if snap.eta_s is not None:
         items.append((6, Text(f"ETA {clock(snap.eta_s)}")))
     if snap.losses:
