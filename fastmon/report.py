@@ -159,6 +159,15 @@ def si(value: float, unit: str) -> str:
     return f"{value:,.0f} {unit}"
 
 
+def estimate_differs_text(c: dict) -> str:
+    """Why the counted FLOPs a token and the 6N + attention estimate differ by more than 25%."""
+    counted, estimate = c["flops_per_token_counted"], c["flops_per_token_estimate"]
+    missed = ", ".join(u["module"] for u in c.get("uncounted") or ())
+    return (f"the counted {si(counted, 'FLOP')} a token differs by {counted / estimate - 1:+.0%}: "
+            + (f"the counter has no formula for {missed}" if missed else
+               "the model's work is not all matrix products on its parameters and attention"))
+
+
 def compute_lines(c: dict | None) -> list[str]:
     """The FLOPs, the rate and MFU, and which limit the run presses on."""
     if not c:
@@ -171,8 +180,23 @@ def compute_lines(c: dict | None) -> list[str]:
         reached = f"; {c['of_measured']:.0%} of the {si(c['measured_tflops'] * 1e12, 'FLOP/s')} this chip reaches " \
             "(fastmon doctor --calibrate)" if c.get("of_measured") is not None else \
             "; `fastmon doctor --calibrate` measures what this chip reaches"
-        lines = [f"  compute: {si(c['flops_per_step'], 'FLOP')} a step (counted at step {c['counted_at_step']}, "
-                 f"{c['dtype']}), {si(c['tflops_per_s'] * 1e12, 'FLOP/s')} achieved; {mfu}{reached}"]
+        at_least = "at least " if c.get("uncounted") else ""
+        counted = f"step {c['counted_at_step']}" if (c.get("counted_steps") or 1) == 1 else \
+            f"steps {c['counted_at_step']}-{c['counted_at_step'] + c['counted_steps'] - 1}, one for each optimizer"
+        if at_least and c.get("mfu") is not None:
+            mfu = f"MFU at least {mfu.removeprefix('MFU ')}"
+        lines = [f"  compute: {at_least}{si(c['flops_per_step'], 'FLOP')} a step (counted at {counted}, "
+                 f"{c['dtype']}), {at_least}{si(c['tflops_per_s'] * 1e12, 'FLOP/s')} achieved; {mfu}{reached}"]
+        if c.get("flops_per_token_estimate"):
+            mfu_tokens = f", MFU {c['mfu_by_tokens']:.1%}" if c.get("mfu_by_tokens") is not None else ""
+            lines.append(f"    by tokens (6N + attention, as nanoGPT's estimate_mfu): "
+                         f"{si(c['flops_per_token_estimate'], 'FLOP')} a token, "
+                         f"{si(c['tflops_per_s_by_tokens'] * 1e12, 'FLOP/s')}{mfu_tokens}"
+                         + (f"; {estimate_differs_text(c)}" if c.get("estimate_differs") else ""))
+        if c.get("uncounted"):
+            lines.append("    not counted (torch has no FLOP formula for their operators): " + ", ".join(
+                f"{u['module']} ({u['operator']}) {u['forward_share']:.0%} of the forward's operator time"
+                for u in c["uncounted"]))
         if c.get("ranks"):
             lines.append("    per rank: " + ", ".join(
                 f"rank {r['rank']} {si(r['tflops_per_s'] * 1e12, 'FLOP/s')}"

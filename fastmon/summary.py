@@ -475,9 +475,18 @@ def first_count(events) -> dict | None:
     return min((e for e in events if e["kind"] == "flops"), key=lambda e: e.get("rank", 0), default=None)
 
 
+def counted_steps(count: dict) -> range:
+    """The steps whose work ``count`` holds: one, or one for each optimizer that stepped in
+    turn (a GAN's discriminator and generator steps)."""
+    return range(count["from_step"], count["from_step"] + (count.get("steps") or 1))
+
+
 def counted_samples(count: dict | None, rows) -> int:
-    """The samples of the step ``count`` ran in, where it is among ``rows``; else 0."""
-    return next((r.samples or 0 for r in rows if count and r.step == count["from_step"]), 0)
+    """The samples of the steps ``count`` ran in, where they are among ``rows``; else 0."""
+    if not count:
+        return 0
+    steps = counted_steps(count)
+    return sum(r.samples or 0 for r in rows if r.step in steps)
 
 
 def compute(summary: dict, events: list[dict], table: StepTable, facts: dict, ranks_now: list[dict]) -> dict:
@@ -499,11 +508,36 @@ def compute(summary: dict, events: list[dict], table: StepTable, facts: dict, ra
     if verdict and (tries := remedies(verdict[0], compiled_model(facts))):
         out["remedies"] = tries
     count = first_count(events)
-    step = count["from_step"] if count else None
-    samples = table.samples[table.position(step)] if step is not None and table.has(step) else 0
+    samples = sum(table.samples[table.position(step)] for step in counted_steps(count) if table.has(step)) \
+        if count else 0
     if summary["ranks"] and count and not count.get("error"):
         out.update(per_rank(count, samples, summary["ranks"], facts))
-    return {**flops_figures(count, samples, summary["steps_per_s"], summary["samples_per_s"], facts), **out}
+    figures = {**flops_figures(count, samples, summary["steps_per_s"], summary["samples_per_s"], facts), **out}
+    figures.update(by_tokens(figures, summary, facts))
+    return figures
+
+
+ESTIMATE_DISAGREES = 0.25  # counted and estimated FLOPs a token this far apart: the report says why
+
+
+def by_tokens(figures: dict, summary: dict, facts: dict) -> dict:
+    """MFU by tokens: the 6·N + 12·L·d·T estimate of FLOPs a token (nanoGPT's estimate_mfu,
+    with T the tokens a sample), its FLOP rate at the run's tokens/s, its MFU against the
+    same peak, and a line where it and the counted FLOPs a token disagree."""
+    lm = next((v["lm"] for k, v in sorted(facts.items()) if k.startswith("model.") and isinstance(v, dict)
+               and v.get("lm")), None)
+    if not lm or not summary.get("tokens") or not summary.get("samples") or not summary.get("tokens_per_s"):
+        return {}
+    per_sample = summary["tokens"] / summary["samples"]
+    per_token = 6 * lm["params"] + 12 * lm["layers"] * lm["width"] * per_sample
+    rate = per_token * summary["tokens_per_s"] / 1e12
+    out = {"flops_per_token_estimate": round(per_token), "tflops_per_s_by_tokens": float(f"{rate:.4g}"),
+           "mfu_by_tokens": float(f"{rate / figures['peak_tflops']:.4g}") if figures.get("peak_tflops") else None}
+    if figures.get("flops_per_sample"):
+        counted = figures["flops_per_sample"] / per_sample
+        out["flops_per_token_counted"] = round(counted)
+        out["estimate_differs"] = abs(counted - per_token) > ESTIMATE_DISAGREES * per_token
+    return out
 
 
 def per_rank(count: dict, samples_at_count: int, ranks: list[dict], facts: dict) -> dict:
@@ -547,13 +581,17 @@ def flops_figures(count: dict | None, samples_at_count: int, steps_per_s: float,
     if count.get("error"):
         out["flops_why"] = f"not counted at step {count['from_step']}: {count['error']}"
         return out
-    flops = count["flops"]
-    per_sample = flops / samples_at_count if samples_at_count else None
+    steps = count.get("steps") or 1
+    flops = count["flops"] / steps  # a GAN's two kinds of step, in the mean
+    per_sample = count["flops"] / samples_at_count if samples_at_count else None
     # per sample where both are known: a batch changed after the count is followed
     rate = per_sample * samples_per_s if per_sample and samples_per_s else flops * steps_per_s
     dtype = max(count["by_dtype"], key=count["by_dtype"].get) if count["by_dtype"] else None
-    out.update(flops_per_step=flops, flops_per_sample=round(per_sample) if per_sample else None,
-               counted_at_step=count["from_step"], dtype=dtype, tflops_per_s=float(f"{rate / 1e12:.4g}"))
+    out.update(flops_per_step=round(flops), flops_per_sample=round(per_sample) if per_sample else None,
+               counted_at_step=count["from_step"], counted_steps=steps, dtype=dtype,
+               tflops_per_s=float(f"{rate / 1e12:.4g}"),
+               # modules whose heavy operators torch has no formula for: the count is a floor
+               uncounted=count.get("uncounted") or [])
     environment = facts.get("environment") or {}
     on_gpu = environment.get("accelerator") == "cuda"
     name = ((environment.get("devices") or [{}])[0]).get("name") if on_gpu else environment.get("cpu")

@@ -34,11 +34,38 @@ def describe_model(module: torch.nn.Module) -> dict:
         "conv": any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in modules),
         "matmul": any(isinstance(m, MATMUL_LAYERS) or _is_hf_conv1d(m) for m in modules),
         "embedding": any(isinstance(m, torch.nn.Embedding) for m in modules),  # its integer input: tokens
+        "lm": language_model(inner),
         "sequence_first": sequence_first(modules),
         "conv_bias_before_bn": conv_bias_before_bn(inner),
         "channels_last": any(p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)
                              and not p.is_contiguous() for p in params),
     }
+
+
+def language_model(model: torch.nn.Module) -> dict | None:
+    """What the 6·N + attention estimate of FLOPs a token needs (nanoGPT's ``estimate_mfu``,
+    PaLM's appendix B): N, the parameters without position embeddings (every embedding but
+    the largest, the tokens'; a DTensor shard counts as the whole tensor: its numel is the
+    global one), the attention layers and the width (the token embedding's dimension).
+    None for a model without an embedding or without attention (an LSTM's)."""
+    embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    if not embeddings:
+        return None
+    tokens = max(embeddings, key=lambda m: m.num_embeddings)
+    layers = attention_layers(model)
+    if not layers:
+        return None
+    positions = {id(m.weight) for m in embeddings if m is not tokens}
+    params = sum(p.numel() for p in model.parameters() if id(p) not in positions)
+    return {"params": params, "layers": layers, "width": tokens.embedding_dim}
+
+
+def attention_layers(module: torch.nn.Module) -> int:
+    """The outermost attention modules under ``module``: torch's MultiheadAttention, or a class
+    named ...Attention (nanoGPT's CausalSelfAttention, transformers' GPT2Attention)."""
+    if isinstance(module, torch.nn.MultiheadAttention) or type(module).__name__.endswith("Attention"):
+        return 1
+    return sum(attention_layers(child) for child in module.children())
 
 
 MATMUL_LAYERS = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.MultiheadAttention, torch.nn.RNNBase,

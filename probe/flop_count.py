@@ -16,8 +16,10 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import re
 import sys
 import time
+from time import perf_counter_ns
 
 import torch
 
@@ -25,6 +27,9 @@ from fastmon.probe.shape_count import Watch, can_run_eagerly, count_on_shapes
 from fastmon.probe.torch_private import TorchDispatchMode, current_dispatch_mode, dispatch_mode_active
 
 COUNT_AT_STEP = 3  # the first count: past the first step's start-up and the lazy ones after it
+# Operators with no FLOP formula that still do a model's heavy work (torch counts nothing for
+# an LSTM or, on CPU, the fused attention kernels): timed, and named in the report
+UNCOUNTED_HEAVY = re.compile(r"lstm|gru|rnn|attention|attn|conv|matmul|mm|linear|bmm|einsum|baddbmm")
 
 
 class _Counting(TorchDispatchMode):
@@ -39,26 +44,74 @@ class _Counting(TorchDispatchMode):
         # training thread at the counted step. Where dynamo is loaded, _under_dynamo() is.
         return False
 
-    def __init__(self) -> None:
+    def __init__(self, modules: "ModuleStack | None" = None) -> None:
         super().__init__()
         from torch.utils.flop_counter import flop_registry
 
         self.formulas = flop_registry
         self.by_dtype: collections.Counter = collections.Counter()
         self.counting = True
+        self.modules = modules  # which module's forward runs (None: not followed)
+        self.forward_ns = 0  # the operators' time inside module forwards
+        self.uncounted: collections.Counter = collections.Counter()  # (module, operator) -> ns in forwards
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        modules = self.modules
+        if modules is None or not modules.stack:
+            out = func(*args, **kwargs)
+            started = 0
+        else:
+            started = perf_counter_ns()
+            out = func(*args, **kwargs)
+            took = perf_counter_ns() - started
+            self.forward_ns += took
         if self.counting:
             try:
-                formula = self.formulas.get(getattr(func, "_overloadpacket", func))
+                packet = getattr(func, "_overloadpacket", func)
+                formula = self.formulas.get(packet)
                 if formula is not None:
                     dtype = next((a.dtype for a in args if isinstance(a, torch.Tensor)), None)
                     self.by_dtype[str(dtype).removeprefix("torch.")] += int(formula(*args, **kwargs, out_val=out))
+                elif started and UNCOUNTED_HEAVY.search(name := str(packet)):
+                    self.uncounted[(modules.stack[-1], name)] += took
             except Exception:
                 self.counting = False  # a formula that fails here: no count rather than a wrong one
         return out
+
+    def uncounted_report(self) -> list[dict]:
+        """The modules whose heavy operators have no FLOP formula, and their share of the
+        counted forwards' operator time (on a GPU, of their launch time: not their work)."""
+        total = self.forward_ns or 1
+        return [{"module": module, "operator": op, "forward_share": round(ns / total, 4)}
+                for (module, op), ns in self.uncounted.most_common(8)]
+
+
+class ModuleStack:
+    """The module whose forward runs now, by class name: instance hooks on every submodule of
+    the model's roots for the counted step alone (global hooks would make torch.compile warn)."""
+
+    def __init__(self, roots) -> None:
+        self.stack: list[str] = []
+        self.handles = []
+        seen = set()
+        for root in roots:
+            for module in root.modules():
+                if id(module) in seen:
+                    continue
+                seen.add(id(module))
+                name = type(module).__name__
+                self.handles.append(module.register_forward_pre_hook(lambda m, a, name=name: self.stack.append(name)))
+                self.handles.append(module.register_forward_hook(self._pop, always_call=True))
+
+    def _pop(self, module, args, output) -> None:
+        if self.stack:
+            self.stack.pop()
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles, self.stack = [], []
 
 
 @functools.cache
@@ -80,12 +133,16 @@ class FlopCount:
         self.start_at = COUNT_AT_STEP
         self.active: _Counting | Watch | None = None
         self.step = 0
+        self.span = 1  # steps counted: one for each optimizer that steps in turn (a GAN's two)
         self.started_ns = 0
+        self.modules: ModuleStack | None = None
 
     def at_boundary(self, next_step: int) -> bool:
         """Between steps, before ``next_step``: start or stop the count. True if either happened."""
         try:  # a count that fails costs the count, never the probe's step timing
             if self.active is not None:
+                if next_step < self.step + self.span:
+                    return False
                 self._stop(next_step)
                 return True
             if next_step >= self.start_at:
@@ -109,8 +166,11 @@ class FlopCount:
             self.active = self.probe.forward_part.count_watch = Watch()
             self.step = step
             return
-        mode = _under_dynamo()() if "torch._dynamo" in sys.modules else _Counting()
+        forward = self.probe.forward_part
+        self.modules = ModuleStack([m for m in list(forward.roots.values()) if forward.root_has_params.get(id(m))])
+        mode = (_under_dynamo() if "torch._dynamo" in sys.modules else _Counting)(self.modules)
         mode.__enter__()
+        self.span = max(1, sum(1 for ref in self.probe.optimizer_part.seen if ref() is not None))
         self.active, self.step, self.started_ns = mode, step, time.perf_counter_ns()
 
     def _stop(self, next_step: int) -> None:
@@ -120,6 +180,9 @@ class FlopCount:
             self._count_compiled(mode, next_step)
             return
         seconds = (time.perf_counter_ns() - self.started_ns) / 1e9
+        if self.modules is not None:
+            self.modules.remove()
+            self.modules = None
         if current_dispatch_mode() is not mode:
             mode.counting = False  # a mode the script entered sits above ours: leave the stack to it
             self._report(self.step, error="the script entered a dispatch mode during the counted step",
@@ -131,7 +194,8 @@ class FlopCount:
                          seconds=round(seconds, 4))
             return
         self._report(self.step, to_step=next_step - 1, flops=sum(mode.by_dtype.values()),
-                     by_dtype=dict(mode.by_dtype), seconds=round(seconds, 4))
+                     by_dtype=dict(mode.by_dtype), seconds=round(seconds, 4), steps=next_step - self.step,
+                     uncounted=mode.uncounted_report())
 
     def _count_compiled(self, watch: Watch, next_step: int) -> None:
         """The step's training forwards, run again on shapes alone between the steps: the
@@ -166,6 +230,9 @@ class FlopCount:
     def close(self) -> None:
         """At the script's exit, or when the probe goes off: a count under way ends uncounted."""
         mode, self.active, self.start_at = self.active, None, math.inf
+        if self.modules is not None:
+            self.modules.remove()
+            self.modules = None
         if isinstance(mode, Watch):
             self.probe.forward_part.count_watch = None
         elif mode is not None and current_dispatch_mode() is mode:

@@ -210,3 +210,38 @@ def test_a_recorded_run_gets_today_s_advice_and_one_verdict_on_every_surface(run
     assert re.search(r"  verdict( \(steps \d+-\d+, after fastmon's changes\))?: " + re.escape(
         f"{verdict['issue']} — {verdict['why']} — next: {verdict['next']}"), text)
     assert "derived again with today's rules" in text or not [a for a in summary["advice"] if a["kind"] == "problem"]
+
+
+@pytest.mark.e2e
+def test_a_gans_flops_a_step_hold_both_optimizers_steps(run_fastmon, report):
+    # the discriminator's step and the generator's end a step each: the count covers one of each
+    out = run_fastmon("run", "--headless", SCRIPTS / "gan.py")
+    assert out.returncode == 0, out.stderr
+    from torch import nn
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    generator = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 8))
+    discriminator = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    bce = nn.BCEWithLogitsLoss()
+    with FlopCounterMode(display=False) as counter:  # one batch of the script's loop, both steps
+        fake = generator(torch.randn(16, 4))
+        (bce(discriminator(torch.randn(16, 8)), torch.ones(16, 1))
+         + bce(discriminator(fake.detach()), torch.zeros(16, 1))).backward()
+        bce(discriminator(fake), torch.ones(16, 1)).backward()
+    compute = report()["compute"]
+    assert compute["counted_steps"] == 2
+    assert compute["flops_per_step"] * 2 == counter.get_total_flops()
+    assert "one for each optimizer" in out.stderr
+
+
+@pytest.mark.e2e
+def test_an_lstms_flops_say_what_they_miss(run_fastmon, report):
+    # torch has no FLOP formula for an LSTM: the count is a floor, and says which module it missed
+    out = run_fastmon("run", "--headless", ROOT / "tests" / "clients" / "sequence_first.py")
+    assert out.returncode == 0, out.stderr
+    compute = report()["compute"]
+    (missed,) = [u for u in compute["uncounted"] if u["module"] == "LSTM"]
+    assert "rnn" in missed["operator"] and 0 < missed["forward_share"] < 1
+    assert "compute: at least " in out.stderr and "not counted (torch has no FLOP formula" in out.stderr
+    assert "flops_per_token_estimate" not in compute  # 6N + attention is a transformer's estimate

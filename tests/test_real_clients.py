@@ -225,6 +225,9 @@ def test_nanogpt_as_published_is_counted_exactly_and_its_flops_match_its_own_for
     # its tokens: "tokens per iteration will be: N", each iteration
     (per_iteration,) = map(int, re.findall(r"tokens per iteration will be: ([\d,]+)", out.stdout.replace(",", "")))
     assert summary["tokens"] == per_iteration * steps == steps * NANOGPT_SMALL["batch_size"] * tokens
+    # MFU by tokens: nanoGPT's own estimate_mfu a token, 6N + 12 L H Q T
+    assert summary["compute"]["flops_per_token_estimate"] == pytest.approx(formula / tokens / NANOGPT_SMALL[
+        "batch_size"], rel=0.01)
     assert advised_for_the_code(summary["advice"]) == []
 
 

@@ -118,6 +118,16 @@ def test_fsdp2_collectives_are_comm_as_the_script_times_them_and_its_tokens_coun
     assert summary["job"]["tokens"] == 2 * 40 * 8 * 64
     assert "not keep waiting for data or other ranks" not in summary["verdict"]["why"]
     assert "tokens/s" in out.stderr
+    # FLOPs a token by 6N + attention, N unsharded (FSDP2's DTensor shards count whole): 2 blocks
+    # of width 128 (attention 4x128x128 + 4x128, MLP 2x128x512 + 512 + 128, two norms), the
+    # embedding and the head (512 x 128 + 512); no position embedding here
+    blocks = 2 * (4 * 128 * 128 + 4 * 128 + 2 * 128 * 512 + 512 + 128 + 2 * 256)
+    params = blocks + 512 * 128 + 128 * 512 + 512
+    compute = summary["compute"]
+    assert compute["flops_per_token_estimate"] == 6 * params + 12 * 2 * 128 * 64
+    # torch counts nothing for CPU's fused attention kernel: named, with its share
+    assert [u["module"] for u in compute["uncounted"]] == ["MultiheadAttention"]
+    assert "compute: at least" in out.stderr
 
 
 @pytest.mark.e2e
