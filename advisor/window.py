@@ -146,8 +146,10 @@ class Window:
     # Kish's effective sample size of the timed steps, each weighing the steps it stands for:
     # 50 steps timed at the start and one more standing for 250 are worth ~1.4 timed steps
     timed_effective: float = 0.0
-    # collectives issued without waiting, running under the phases: seconds, as phase_totals
+    # collectives issued without waiting, running under the phases: seconds, as phase_totals;
+    # the part of comm inside the forward (FSDP's all-gathers), the same way
     comm_overlapped: float = 0.0
+    comm_in_forward: float = 0.0
     # Tokens of every step: the timed steps' tokens per sample (per step, without samples) over
     # the window's samples, so exact where every step is timed or each sample is as long; None
     # where no timed step counted any. Non-padding ones likewise, where masks told them.
@@ -197,8 +199,9 @@ class Window:
             weighted = [(timed[i][COLUMN[phase]] or 0, stands_for[i][1]) for i in training]
             w.phase_median[phase] = weighted_quantile(weighted, 0.5)
             w.phase_p90[phase] = weighted_quantile(weighted, 0.9)
-        w.comm_overlapped = scale * sum((timed[i].comm_overlapped or 0) / timed[i].wall * stands_for[i][0]
-                                        for i in training if timed[i].wall > 0)
+        w.comm_overlapped, w.comm_in_forward = (
+            scale * sum((getattr(timed[i], name) or 0) / timed[i].wall * stands_for[i][0]
+                        for i in training if timed[i].wall > 0) for name in ("comm_overlapped", "comm_in_forward"))
         w.tokens, w.tokens_nonpad = window_tokens(rows, w.steps, samples)
         w.sync_calls = sum(col("sync_calls"))
         w.h2d_bytes = sum(col("h2d_bytes"))
@@ -231,6 +234,12 @@ class Window:
 
     def share(self, phase: str) -> float:
         return self.shares.get(phase, 0.0)
+
+    @property
+    def comm_in_forward_share(self) -> float:
+        """The share of the step exposed in collectives inside the forward (FSDP's all-gathers)."""
+        total = sum(self.phase_totals.values())
+        return self.comm_in_forward / total if total > 0 else 0.0
 
     @property
     def steps_per_s(self) -> float:

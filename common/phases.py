@@ -15,7 +15,8 @@ PHASE_LABELS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward":
 # the per-step counts after ``samples`` are None, and ``samples`` is told by the timed steps
 # (fastmon.common.untimed_samples).
 # ``comm`` is the collectives' time the step waited for (exposed); ``comm_overlapped`` the time
-# collectives it issued without waiting ran under its other phases (not part of the wall).
+# collectives it issued without waiting ran under its other phases (not part of the wall);
+# ``comm_in_forward`` the part of ``comm`` inside the forward (FSDP's all-gathers there).
 # ``tokens``: the elements of the integer ids its training forwards fed a model with an
 # ``nn.Embedding``; ``tokens_nonpad`` those an attention mask kept (None: no mask, or one
 # on the device, which is not read: a sum there would synchronize). None where not counted.
@@ -23,7 +24,7 @@ STEP_FIELDS = (
     "rank", "step", "t_end", "wall", *PHASES,
     "samples", "mem_alloc", "mem_reserved", "mem_peak",
     "h2d_bytes", "h2d_pageable_bytes", "sync_calls", "eval_forwards", "eval_grad_forwards",
-    "micro_batches", "timed", "comm_overlapped", "tokens", "tokens_nonpad",
+    "micro_batches", "timed", "comm_overlapped", "comm_in_forward", "tokens", "tokens_nonpad",
 )
 COLUMN = {name: i for i, name in enumerate(STEP_FIELDS)}  # a step row's field -> its position
 
@@ -55,6 +56,7 @@ class StepRow(NamedTuple):
     micro_batches: int | None
     timed: int
     comm_overlapped: float | None = None
+    comm_in_forward: float | None = None
     tokens: int | None = None
     tokens_nonpad: int | None = None
 

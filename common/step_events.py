@@ -89,7 +89,7 @@ class StepAssembler:
         self.acc = [0] * (len(PHASES) + 1)
         self.samples = self.batch_samples = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
         self.sync_calls = self.h2d_bytes = self.h2d_pageable_bytes = 0
-        self.comm_overlapped = 0
+        self.comm_overlapped = self.comm_in_forward = 0
         self.tokens = self.tokens_nonpad = None
         self.memory = (0, 0, 0)
 
@@ -122,7 +122,10 @@ class StepAssembler:
         """Charge the time since the last event to ``phase`` (default: the open one)."""
         if self.mark is None:
             self.mark = self.step_start = t
-        self.acc[self.phase if phase is None else phase] += t - self.mark
+        charged = self.phase if phase is None else phase
+        self.acc[charged] += t - self.mark
+        if charged == COMM and self.stack and self.stack[-1] == FORWARD:
+            self.comm_in_forward += t - self.mark
         self.mark = t
 
     def _enter(self, phase: int, t: int) -> None:
@@ -223,7 +226,7 @@ class StepAssembler:
                 rows.append(StepRow(*head, *(v * NS for v in acc[:IDLE]), samples, *self.memory, self.h2d_bytes,
                                     self.h2d_pageable_bytes, self.sync_calls, self.eval_forwards,
                                     self.eval_grad_forwards, self.micro_batches, 1, self.comm_overlapped * NS,
-                                    self.tokens, self.tokens_nonpad))
+                                    self.comm_in_forward * NS, self.tokens, self.tokens_nonpad))
             else:
                 samples = self._untimed_samples.untimed(step) if delivered is None else delivered
                 rows.append(StepRow(*head, *UNTIMED_PHASES, samples, *UNTIMED_COUNTS, 0))

@@ -27,7 +27,7 @@ DEFAULT_RUNS_DIR = "fastmon-runs"
 DEVICE_FIELDS = ("rank", "step", "device_step", "device_forward", "device_backward", "device_optimizer",
                  "device_idle_before_forward")
 
-_REAL_FIELDS = {"t_end", "wall", *PHASES, "comm_overlapped"}
+_REAL_FIELDS = {"t_end", "wall", *PHASES, "comm_overlapped", "comm_in_forward"}
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -252,7 +252,7 @@ def _json(text, where: str):
 
 MAX_STEP_S = 86400.0  # a step's wall time, at most: a day
 MAX_TIME = 1e11  # a time of day in seconds since 1970, at most (the year 5138)
-_PHASE_AT = [STEP_FIELDS.index(p) for p in (*PHASES, "comm_overlapped")]
+_PHASE_AT = [STEP_FIELDS.index(p) for p in (*PHASES, "comm_overlapped", "comm_in_forward")]
 _COUNTS_AT = [STEP_FIELDS.index(f) for f in ("samples", "tokens", "tokens_nonpad")]
 # The same checks as _checked's, in SQL: the rows of a rank that fail one, for a column read
 STEP_RANGE_FAILS = ("typeof(step) != 'integer' OR typeof(wall) NOT IN ('real', 'integer') OR NOT (wall > 0) "

@@ -35,11 +35,52 @@ def describe_model(module: torch.nn.Module) -> dict:
         "matmul": any(isinstance(m, MATMUL_LAYERS) or _is_hf_conv1d(m) for m in modules),
         "embedding": any(isinstance(m, torch.nn.Embedding) for m in modules),  # its integer input: tokens
         "lm": language_model(inner),
+        "sharding": sharding(module),
+        # torch's CheckpointWrapper around blocks, or transformers' gradient checkpointing
+        "activation_checkpointing": any(type(m).__name__ == "CheckpointWrapper" for m in modules)
+        or bool(getattr(inner, "is_gradient_checkpointing", False)),
         "sequence_first": sequence_first(modules),
         "conv_bias_before_bn": conv_bias_before_bn(inner),
         "channels_last": any(p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)
                              and not p.is_contiguous() for p in params),
     }
+
+
+def sharding(module: torch.nn.Module) -> dict | None:
+    """How the model is sharded: FSDP2 (``fully_shard``) or FSDP1, whether its units reshard
+    after forward (FSDP2: all of them; a unit that does not is gathered once a step) and the
+    mixed-precision policy's parameter dtype (None: none). None where it is not sharded."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6
+        try:
+            from torch.distributed._composable.fsdp import FSDPModule
+        except ImportError:
+            FSDPModule = ()
+    units = [m for m in module.modules() if isinstance(m, FSDPModule)] if FSDPModule else []
+    if units:
+        groups = [g for g in (_fsdp2_group(m) for m in units) if g is not None]
+        dtypes = {str(g.mp_policy.param_dtype).removeprefix("torch.") for g in groups if g.mp_policy.param_dtype}
+        return {"kind": "FSDP2", "units": len(units),
+                "reshard_after_forward": all(g.post_forward_mesh_info is not None for g in groups) if groups else None,
+                "param_dtype": min(dtypes) if dtypes else None}
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    units = [m for m in module.modules() if isinstance(m, FullyShardedDataParallel)]
+    if units:
+        policy = getattr(units[0], "mixed_precision", None)
+        dtype = getattr(policy, "param_dtype", None)
+        return {"kind": "FSDP1", "units": len(units), "reshard_after_forward": None,
+                "param_dtype": str(dtype).removeprefix("torch.") if dtype else None}
+    return None
+
+
+def _fsdp2_group(unit):
+    """An FSDP2 unit's parameter group (torch's private state: None where it has moved)."""
+    try:
+        return unit._get_fsdp_state()._fsdp_param_group
+    except Exception:  # noqa: BLE001 - a torch whose internals differ: the fact goes without it
+        return None
 
 
 def language_model(model: torch.nn.Module) -> dict | None:

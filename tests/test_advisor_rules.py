@@ -21,6 +21,11 @@ LOADER = {"id": "L0", "num_workers": 0, "pin_memory": False, "batch_size": 32, "
           "location": "train.py:40"}
 SGD = {"class": "SGD", "defaults": {"lr": 0.1, "weight_decay": 0, "foreach": None, "fused": None},
        "devices": ["cuda:0"]}
+FSDP2_GPU = dict(MLP_GPU, **{"class": "FSDPTransformer", "sharding": {"kind": "FSDP2", "units": 9,
+                                                                       "reshard_after_forward": True,
+                                                                       "param_dtype": None},
+                             "activation_checkpointing": False})
+SHARDED_MS = {"forward": 3.0, "backward": 4.0, "optimizer": 0.5, "comm": 3.0, "other": 0.5}  # comm 27% of the step
 SETTINGS = {"cudnn_benchmark": False, "float32_matmul_precision": "highest", "anomaly_detection": False,
             "profiler_on": False}
 
@@ -152,6 +157,19 @@ CASES = {
                                 "recompile_reasons": ["tensor 'x' size mismatch at index 0. expected 32, actual 17"]},
                        events=[{"kind": "compile_called", "location": "train.py:30"}])),
         (rows(), facts(compile={"graphs": 1, "graph_breaks": 0, "recompiles": 0, "recompile_reasons": []}))),
+    "sharded.forward_gather": (
+        (rows(ms=SHARDED_MS, comm_in_forward=0.003), facts(GPU_ENV, [FSDP2_GPU])),
+        (rows(ms=SHARDED_MS, comm_in_forward=0.0003), facts(GPU_ENV, [FSDP2_GPU]))),
+    "sharded.backward_reduce": (
+        (rows(ms=SHARDED_MS, comm_in_forward=0.0), facts(GPU_ENV, [FSDP2_GPU])),
+        (rows(ms=dict(SHARDED_MS, comm=0.5), comm_in_forward=0.0), facts(GPU_ENV, [FSDP2_GPU]))),
+    "sharded.activation_checkpointing": (
+        (rows(mem_peak=30 * 2**30), facts(GPU_ENV, [dict(FSDP2_GPU, activation_checkpointing=True)])),
+        (rows(mem_peak=100 * 2**30), facts(GPU_ENV, [dict(FSDP2_GPU, activation_checkpointing=True)]))),
+    "sharded.mixed_precision": (
+        (rows(ms=SHARDED_MS), facts(GPU_ENV, [FSDP2_GPU])),
+        (rows(ms=SHARDED_MS), facts(GPU_ENV, [dict(FSDP2_GPU, sharding=dict(FSDP2_GPU["sharding"],
+                                                                             param_dtype="bfloat16"))]))),
     "torch.num_threads": (
         (rows(), with_cores(facts(settings={"threads": 2}), others=1.0)),
         (rows(), with_cores(facts(settings={"threads": 1}), others=1.0))),

@@ -3,6 +3,7 @@ tokens counted beside samples (docs/sharded.md)."""
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -128,6 +129,12 @@ def test_fsdp2_collectives_are_comm_as_the_script_times_them_and_its_tokens_coun
     # torch counts nothing for CPU's fused attention kernel: named, with its share
     assert [u["module"] for u in compute["uncounted"]] == ["MultiheadAttention"]
     assert "compute: at least" in out.stderr
+    # seen as sharded; on a CPU (gloo blocks in each collective) no sharded-run advice fits
+    facts = sqlite3.connect(run_dirs(tmp_path)[-1] / "run.sqlite").execute(
+        "SELECT value FROM facts WHERE key LIKE 'model.%'").fetchall()
+    assert {"kind": "FSDP2", "units": 3, "reshard_after_forward": True, "param_dtype": None} in [
+        json.loads(v)["sharding"] for (v,) in facts]
+    assert not [a["id"] for a in summary["advice"] if a["id"].startswith("sharded.")]
 
 
 @pytest.mark.e2e

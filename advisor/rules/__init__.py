@@ -24,6 +24,10 @@ from fastmon.advisor.rules import (
     optimizer_fused,
     profiler_left_on,
     retained_graph,
+    sharded_activation_checkpointing,
+    sharded_backward_reduce,
+    sharded_forward_gather,
+    sharded_mixed_precision,
     sync_per_step,
     tensor_copy,
     tf32,
@@ -38,6 +42,7 @@ RULES = (
     cudnn_benchmark, zero_grad_set_to_none, autograd_detect_anomaly, profiler_left_on, sync_per_step,
     retained_graph, validation_no_grad, conv_bias_before_bn, tensor_copy, dataparallel, multi_gpu_unused,
     memory_pressure, optimizer_fused, optimizer_adamw, lr_schedule, grad_clipping, torch_compile, channels_last,
-    compile_recompiles, torch_num_threads,
+    compile_recompiles, torch_num_threads, sharded_forward_gather, sharded_backward_reduce,
+    sharded_activation_checkpointing, sharded_mixed_precision,
 )
 BY_ID = {rule.ID: rule for rule in RULES}
