@@ -30,8 +30,9 @@ KEYS = (
 PANELS = """\
 **Where the step goes** stacks each phase's time per step: *data* (waiting for the
 DataLoader), *h2d* (copies to the GPU), *fwd*, *bwd*, *opt*, *sync* (host waiting for
-the GPU), *comm* (torch.distributed collectives, DDP's all-reduce wait), *other*. The
-same colours are used everywhere.
+the GPU), *comm* (the step waiting in torch.distributed collectives: FSDP's all-gathers and
+reduce-scatters, DDP's all-reduce tail; collectives that run under compute are not in it),
+*other*. The same colours are used everywhere. A language model's header shows tokens/s.
 """
 
 
