@@ -28,6 +28,7 @@ MAX_WORKERS_PER_CORE = 4
 WORKER_BATCH_COST_S = 1e-3  # the training process's time to take one batch from a worker
 MIN_GAIN = 1.10  # below this the estimate is within what a live measurement can tell
 CPU_BOUND = 0.5  # loading that keeps the training thread busy this share of its wait is CPU work
+NO_SPARE_CORES = 0.1  # cores spare at most this: none (a fraction more is a worker's share of a core)
 IN_MEMORY_DATASETS = frozenset({"TensorDataset", "StackDataset"})
 
 
@@ -65,9 +66,10 @@ def predicted_gain(window, total: float, startup: float, current: int, workers: 
     takes its compute plus the handover of its batches, or a batch's loading shared
     among the workers, or (``facts`` given: the machine) the loading's CPU work
     (``cpu_share`` of its wait) on the cores spare beside torch's threads and other
-    processes, whichever is longest. Loading that is CPU work gains nothing without a
-    spare core: a worker there slows every parallel op of torch's, which waits for its
-    slowest thread. (Not counted: torch's compute as CPU to share. Its time under a busy
+    processes, whichever is longest: a fraction of a core spare runs that fraction of the
+    loading beside the step (timm ``-j 1`` with 0.8 of 2 cores spare: 1.12-1.34x measured).
+    Loading that is CPU work gains nothing without a spare core: a worker there slows every
+    parallel op of torch's, which waits for its slowest thread. (Not counted: torch's compute as CPU to share. Its time under a busy
     core is mostly its threads waiting to be scheduled, not work: see README *Limits*.)"""
     steps = window.steps
     wait = (window.phase_totals["data_wait"] - startup) / steps
@@ -77,7 +79,7 @@ def predicted_gain(window, total: float, startup: float, current: int, workers: 
     with_workers = max(compute + WORKER_BATCH_COST_S * batches, loading / workers)
     if facts is not None:
         spare = spare_cores(facts)
-        if cpu_share >= CPU_BOUND and spare < 1:
+        if cpu_share >= CPU_BOUND and spare <= NO_SPARE_CORES:
             return 1.0
         on_spare = loading * cpu_share / spare if cpu_share >= CPU_BOUND and spare < workers else 0.0
         with_workers = max(with_workers, on_spare)
@@ -117,7 +119,8 @@ def check(window, facts):
             return None  # the wait is too short for a worker's handover
         # Loading is CPU work, and the cores are busy: a worker would take its core from
         # the training (torch's threads wait for the slowest of them).
-        return Advice(ID, "Make loading cheaper: the cores are full, workers would not help",
+        title = "the cores are full" if spare <= NO_SPARE_CORES else f"{spare:.1f} spare cores are too few"
+        return Advice(ID, f"Make loading cheaper: {title}, workers would not help",
                       evidence, None, CODE_CHANGE, kind=SUGGESTION,
                       fix="load less work per sample (decode once and cache, lighter transforms), or run where "
                           "cores are free; more DataLoader workers would take cores from the training",
