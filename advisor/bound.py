@@ -10,13 +10,14 @@ from typing import NamedTuple
 DATA_BOUND_SHARE = 0.3  # of the step waiting for the next batch
 COMM_BOUND_SHARE = 0.3  # of the step in collectives
 COMM_NOTED_SHARE = 0.05  # of the step in collectives, from which a verdict says so
+OTHER_BOUND_SHARE = 0.5  # of the step outside every phase fastmon times (a time.sleep, the script's own code)
 LAUNCH_BOUND_BUSY = 60.0  # % of the steps' time the GPU is busy, below which it waits for the host
 # % SM active below which a busy GPU's kernels leave most SMs idle: DCGM's profiling-metrics
 # guide reads under 0.5 as "likely ineffective GPU usage" (0.8 needed, not sufficient)
 UNDERFILLED_SM_ACTIVE = 50.0
 
-DATA, COMMUNICATION, LAUNCH, UNDERFILLED, COMPUTE = ("data-bound", "communication-bound", "launch-bound",
-                                                     "under-filled", "compute-bound")
+DATA, COMMUNICATION, LAUNCH, UNDERFILLED, COMPUTE, OUTSIDE = ("data-bound", "communication-bound", "launch-bound",
+                                                              "under-filled", "compute-bound", "other-bound")
 # what a launch-bound step can try, most likely first; "compile" only where the model is not compiled yet
 LAUNCH_REMEDIES = {
     "compile": "torch.compile (fewer, fused kernels)",
@@ -57,6 +58,10 @@ def bound(shares: dict, gpu: GpuBusy | None, on_gpu: bool, recurring_data: float
     data, comm = shares.get("data_wait", 0.0), shares.get("comm", 0.0)
     if data >= DATA_BOUND_SHARE and (recurring_data is None or recurring_data >= DATA_BOUND_SHARE):
         return DATA, f"{data:.0%} of the step waits for the next batch"
+    other = shares.get("other", 0.0)
+    if other >= OTHER_BOUND_SHARE:
+        return OUTSIDE, (f"{other:.0%} of the step is outside the phases fastmon times (a time.sleep, logging, the "
+                         "script's own Python between its steps)")
     found = limit(comm, gpu, on_gpu)
     if found is None or data < DATA_BOUND_SHARE:
         return found

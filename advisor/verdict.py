@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from fastmon.advisor.bound import COMMUNICATION, COMPUTE, DATA, LAUNCH, UNDERFILLED, GpuBusy, remedies
+from fastmon.advisor.bound import COMMUNICATION, COMPUTE, DATA, LAUNCH, OUTSIDE, UNDERFILLED, GpuBusy, remedies
 from fastmon.advisor.types import PROBLEM
 from fastmon.common.verdicts import FASTER, OPEN, change_text, params_text
 
@@ -16,6 +16,7 @@ NOTHING = "nothing to change"
 # what to do where no rule has a change to offer: the limit's own remedy
 DATA_NEXT = "cheaper samples (cache decoded data, lighter transforms) or more cores for the loading"
 COMM_NEXT = "overlap or shrink the communication (DDP's no_sync under gradient accumulation, larger buckets)"
+OUTSIDE_NEXT = "see what runs between the steps: a profile of a few steps (the dashboard's t key, --profile-at STEP)"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ def verdict(found: tuple[str, str] | None, shares: dict, advice: list[dict], app
         return None
     limit, why = found
     issue = {DATA: f"data-bound {shares.get('data_wait', 0.0):.0%}",
+             OUTSIDE: f"other-bound {shares.get('other', 0.0):.0%}",
              COMMUNICATION: f"communication-bound {shares.get('comm', 0.0):.0%}",
              LAUNCH: f"launch-bound (GPU busy {gpu.util:.0f}%)" if gpu is not None else "launch-bound",
              UNDERFILLED: f"under-filled (SMs active {gpu.sm_active:.0f}%)" if gpu and gpu.sm_active is not None
@@ -74,4 +76,6 @@ def next_step(limit: str, advice: list[dict], compiled: bool) -> str:
         return remedies(limit, compiled)[0]
     if limit == COMMUNICATION:
         return COMM_NEXT
+    if limit == OUTSIDE:
+        return OUTSIDE_NEXT
     return NOTHING

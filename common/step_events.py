@@ -89,7 +89,7 @@ class StepAssembler:
         self.acc = [0] * (len(PHASES) + 1)
         self.samples = self.batch_samples = self.micro_batches = self.eval_forwards = self.eval_grad_forwards = 0
         self.sync_calls = self.h2d_bytes = self.h2d_pageable_bytes = 0
-        self.comm_overlapped = self.comm_in_forward = 0
+        self.comm_overlapped = self.comm_in_forward = self.named_other = 0
         self.tokens = self.tokens_nonpad = None
         self.memory = (0, 0, 0)
 
@@ -118,14 +118,19 @@ class StepAssembler:
         self._carry = ints[i:]
         return rows
 
-    def _charge(self, t: int, phase: int | None = None) -> None:
-        """Charge the time since the last event to ``phase`` (default: the open one)."""
+    def _charge(self, t: int, phase: int | None = None, named: bool | None = None) -> None:
+        """Charge the time since the last event to ``phase`` (default: the open one, with the
+        phase that encloses it still on the stack). ``named``: the time is ``other`` entered
+        by name (a time.sleep), never the batch's making (default: the open phase is)."""
         if self.mark is None:
             self.mark = self.step_start = t
         charged = self.phase if phase is None else phase
-        self.acc[charged] += t - self.mark
+        took = t - self.mark
+        self.acc[charged] += took
         if charged == COMM and self.stack and self.stack[-1] == FORWARD:
-            self.comm_in_forward += t - self.mark
+            self.comm_in_forward += took
+        elif charged == OTHER and (named if named is not None else phase is None and bool(self.stack)):
+            self.named_other += took
         self.mark = t
 
     def _enter(self, phase: int, t: int) -> None:
@@ -135,10 +140,13 @@ class StepAssembler:
 
     def _leave(self, t: int, charge_to: int | None = None) -> None:
         closing = self.phase
-        self.phase = self.stack.pop() if self.stack else OTHER
+        enclosing = self.stack[-1] if self.stack else OTHER
         if charge_to is not None:
-            closing = charge_to if charge_to >= 0 else self.phase
-        self._charge(t, closing)
+            closing = charge_to if charge_to >= 0 else enclosing
+        self._charge(t, closing, named=self.phase == OTHER and closing == OTHER and bool(self.stack))
+        if self.stack:
+            self.stack.pop()
+        self.phase = enclosing
 
     def _apply(self, code: int, ints, i: int, rows: list, perf0: int, wall0: float) -> None:
         if code < LEAVE:
@@ -183,10 +191,7 @@ class StepAssembler:
         elif code == MEMORY:
             self.memory = (ints[i + 1], ints[i + 2], ints[i + 3])
         elif code == GAP_IS_DATA:
-            acc = self.acc
-            if acc[DATA_WAIT] == 0 and self.phase == OTHER and not self.stack:
-                self._charge(ints[i + 1])
-                acc[DATA_WAIT], acc[OTHER] = acc[OTHER], 0
+            self._gap_is_data(ints[i + 1])
         elif code == RESUMED:
             if self.mark is not None and not self.stack:
                 self.acc[IDLE] += ints[i + 1] - self.mark
@@ -205,6 +210,15 @@ class StepAssembler:
             if wait > 0:
                 self.acc[BACKWARD] -= wait
                 self.acc[COMM] += wait
+
+    def _gap_is_data(self, t: int) -> None:
+        """Where an untimed gap goes: a step with no DataLoader batch spent the time before
+        its first forward making its batch (nanoGPT's ``get_batch``): ``data_wait``, but for
+        what the probe saw it spend otherwise (a ``time.sleep``: ``other``)."""
+        acc = self.acc
+        if acc[DATA_WAIT] == 0 and self.phase == OTHER and not self.stack:
+            self._charge(t)
+            acc[DATA_WAIT], acc[OTHER] = acc[OTHER] - self.named_other, self.named_other
 
     def _end_step(self, t: int, step: int, rows: list, perf0: int, wall0: float, timed: bool = True) -> None:
         self._charge(t)

@@ -249,7 +249,8 @@ def tokens_text(s: dict) -> str:
         text += f" ({s['tokens_nonpad_per_s']:,.0f} not padding)"
     ranks = [r for r in s.get("ranks") or [] if r.get("tokens_per_s") is not None]
     if len(ranks) > 1:
-        text += f" (the job's {sum(r['tokens_per_s'] for r in ranks):,.0f})"
+        job = s.get("job") or {}
+        return text + f" (the job's {job.get('tokens_per_s') or 0:,.0f}), {job.get('tokens') or 0:,} tokens in all"
     return text + f", {s['tokens']:,} tokens in all"
 
 

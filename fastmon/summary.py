@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from fastmon.advisor.bound import GpuBusy, bound, of_even_ranks, remedies
+from fastmon.advisor.bound import COMMUNICATION, COMPUTE, GpuBusy, bound, of_even_ranks, remedies
 from fastmon.advisor.types import PROBLEM
 from fastmon.advisor.verdict import verdict
 from fastmon.advisor.window import Window, recent, window_tokens
@@ -243,7 +243,7 @@ def judge(own: dict, ranks: list[dict], slowest: int | None, busy: dict[int, Gpu
     steps, rank = judged_steps(own, ranks, slowest)
     gpu = gpu_of(busy or {}, rank)
     found = bound_of(steps, gpu, on_gpu)
-    if found and len(ranks) > 1 and rank is None:
+    if found and len(ranks) > 1 and rank is None and found[0] in (COMMUNICATION, COMPUTE):
         found = found[0], of_even_ranks(found[1], steps["phases"].get("comm", 0.0))
     return Judged(found, steps, rank, gpu)
 
@@ -274,7 +274,7 @@ def tokens_note(summary: dict, facts: dict, meta: dict) -> str | None:
     although the model holds an embedding."""
     if summary.get("tokens") is not None:
         n = meta.get("tokens_per_sample")
-        return f"tokens as {TOKENS_OPTION} {n} said" if n else None
+        return f"tokens: the model's ids where fastmon found them, else {n} a sample ({TOKENS_OPTION})" if n else None
     if any(isinstance(v, dict) and v.get("embedding") for k, v in facts.items() if k.startswith("model.")):
         return (f"tokens not counted: the model holds an nn.Embedding, but its training forward took no `input_ids` "
                 f"and no integer ids first; `fastmon run {TOKENS_OPTION} N` counts N a sample")

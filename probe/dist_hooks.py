@@ -68,7 +68,7 @@ class DistPart(Part):
         self.last_grad_ns = 0
         self.inside = threading.local()  # a collective's own calls of others are its time
         self.other_thread = 0  # the one other thread (autograd's) timed now, or 0
-        # id(work) -> [issue returned at, ended at or 0]. Not the work: its future's callback
+        # id(work) -> [issue returned at, ended at or 0, step]. Not the work: its future's callback
         # holds the entry, and a work held there would never be freed (nor its buffers).
         self.pending: dict[int, list] = {}
 
@@ -112,7 +112,7 @@ class DistPart(Part):
         """This call is the step's to time: a timed step, the training thread, or the one
         other thread while the training thread waits in its backward; not inside another
         collective's call, nor in a graph dynamo traces."""
-        if not self.on or not self.probe.clock.timing or getattr(self.inside, "depth", 0) or is_compiling():
+        if not self.on or not self.probe.clock.timing or getattr(self.inside, "depth", 0):
             return False
         me = threading.get_ident()
         if me == self.main_thread:
@@ -139,7 +139,7 @@ class DistPart(Part):
         is in host memory, when it ends (a device's future ends at once: no such time)."""
         if len(self.pending) >= PENDING_LIMIT:
             self.pending.clear()  # works never waited on (polled, or dropped)
-        entry = [perf_counter_ns(), 0]
+        entry = [perf_counter_ns(), 0, self.probe.clock.step]
         self.pending[id(work)] = entry
         if _on_cpu(args):
             try:
@@ -151,7 +151,8 @@ class DistPart(Part):
         part = self
 
         def collective(*args, **kwargs):
-            if not part._timed_here():
+            # is_compiling first: dynamo folds it, and traces nothing of the probe's state
+            if is_compiling() or not part._timed_here():
                 return original(*args, **kwargs)
             part._enter()
             work = None
@@ -175,16 +176,20 @@ class DistPart(Part):
         part = self
 
         def wait(work, *args, **kwargs):
+            if is_compiling():
+                return original(work, *args, **kwargs)
+            # the entry goes in a timed step or not: one left behind could be another work's later
+            entry = part.pending.pop(id(work), None) if part.pending else None
             if not part._timed_here():
                 return original(work, *args, **kwargs)
-            entry = part.pending.pop(id(work), None)
             part._enter()
             started = perf_counter_ns()
             try:
                 return original(work, *args, **kwargs)
             finally:
                 part._leave()
-                if entry is not None:
+                # an entry of a step before the last is a work never waited on whose id came back
+                if entry is not None and entry[2] >= part.probe.clock.step - 1:
                     issued, ended = entry[0], entry[1]
                     part.probe.clock.put((COMM_OVERLAP, (min(ended, started) if ended else started) - issued))
 

@@ -49,23 +49,32 @@ def describe_model(module: torch.nn.Module) -> dict:
 def sharding(module: torch.nn.Module) -> dict | None:
     """How the model is sharded: FSDP2 (``fully_shard``) or FSDP1, whether its units reshard
     after forward (FSDP2: all of them; a unit that does not is gathered once a step) and the
-    mixed-precision policy's parameter dtype (None: none). None where it is not sharded."""
+    mixed-precision policy's parameter dtype (None: none). None where it is not sharded, or
+    where this torch's FSDP cannot be read (the model's other facts go on without it)."""
     try:
-        from torch.distributed.fsdp import FSDPModule
+        return _sharding(module)
+    except Exception:  # noqa: BLE001 - a fact lost, never the forward's timing
+        return None
+
+
+def _sharding(module: torch.nn.Module) -> dict | None:
+    if not torch.distributed.is_available():
+        return None
+    try:
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
     except ImportError:  # torch < 2.6
         try:
             from torch.distributed._composable.fsdp import FSDPModule
+            from torch.distributed.fsdp import FullyShardedDataParallel
         except ImportError:
-            FSDPModule = ()
-    units = [m for m in module.modules() if isinstance(m, FSDPModule)] if FSDPModule else []
+            return None
+    units = [m for m in module.modules() if isinstance(m, FSDPModule)]
     if units:
         groups = [g for g in (_fsdp2_group(m) for m in units) if g is not None]
         dtypes = {str(g.mp_policy.param_dtype).removeprefix("torch.") for g in groups if g.mp_policy.param_dtype}
         return {"kind": "FSDP2", "units": len(units),
                 "reshard_after_forward": all(g.post_forward_mesh_info is not None for g in groups) if groups else None,
                 "param_dtype": min(dtypes) if dtypes else None}
-    from torch.distributed.fsdp import FullyShardedDataParallel
-
     units = [m for m in module.modules() if isinstance(m, FullyShardedDataParallel)]
     if units:
         policy = getattr(units[0], "mixed_precision", None)

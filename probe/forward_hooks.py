@@ -238,11 +238,14 @@ class ForwardPart(Part):
         if self.compile_in_use:
             self.discovering = False
             return
-        self.global_handles = [
-            nn_module.register_module_forward_pre_hook(self._pre),
-            nn_module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
-        ]
+        self.global_handles = [nn_module.register_module_forward_pre_hook(self._pre)]
         self.handles += self.global_handles
+        try:
+            post = nn_module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
+        except TypeError:  # torch < 2.6: global hooks see no keywords (a forward called with them: no tokens)
+            post = nn_module.register_module_forward_hook(self._post, always_call=True)
+        self.global_handles.append(post)
+        self.handles.append(post)
 
     def _time_roots(self) -> None:
         roots = list(self.roots.values())
@@ -316,14 +319,16 @@ class ForwardPart(Part):
             self.fail(exc)
         return None
 
-    def _post(self, module, args, kwargs, output):
+    def _post(self, module, args, *rest):
+        # (kwargs, output), or (output) where torch passes no keywords: a torch before 2.6's
+        # global hooks, and any always-called hook after a forward that raised
         if is_compiling() or not self.on or threading.get_ident() != self.main_thread or self.depth == 0:
             return None
         self.depth -= 1
         if self.depth == 0:
-            if module.training:  # global hooks see a call's keywords only here
+            if module.training and len(rest) == 2:  # global hooks see a call's keywords only here
                 try:
-                    self.count_tokens(module, args, kwargs)
+                    self.count_tokens(module, args, rest[0])
                 except Exception as exc:
                     self.fail(exc)
             self.probe.clock.leave()

@@ -176,6 +176,14 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("rule_id", [r for r in sorted(CASES) if r.startswith("sharded.")])
+def test_sharded_run_rules_are_quiet_on_a_cpu_where_gloo_blocks_in_each_collective(rule_id):
+    # the healthy FSDP2 LM on 2 CPU ranks: its collectives are the host's, nothing can hide them
+    (window_rows, fact_set), _ = CASES[rule_id]
+    on_cpu = Facts(values=dict(fact_set.values, environment=CPU_ENV), events=fact_set.events, host_cpu_count=2)
+    assert rule_id not in fired(window_rows, on_cpu)
+
+
 def test_every_rule_has_cases():
     assert {rule.ID for rule in RULES} == set(CASES)
 

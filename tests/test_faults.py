@@ -423,3 +423,15 @@ def test_a_tmpdir_too_long_for_a_socket_runs(tmp_path):
     assert out.returncode == 0 and "step 19" in out.stdout and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert "the record holds every step the probe made (20)" in out.stderr
 
+
+
+@pytest.mark.e2e
+def test_a_forward_that_raises_while_fastmon_looks_for_the_model_leaves_its_timing_whole(run_fastmon, report):
+    # torch calls an always-called global hook without the keywords after a forward raised:
+    # a hook that wanted them raised, torch warned on the script's stderr, and no forward
+    # was timed again
+    out = run_fastmon("run", "--headless", SCRIPTS / "forward_raises_once.py")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "UserWarning" not in out.stderr and "fastmon: the probe" not in out.stderr
+    summary = report()
+    assert summary["steps"] == 60 and summary["phases"]["forward"] > 0.05

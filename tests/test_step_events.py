@@ -199,3 +199,22 @@ def test_the_log_travels_as_its_bytes_beside_json_frames_and_anything_else_is_re
     body = b"\x80\x04K\x01."  # a pickle
     with pytest.raises(ValueError, match="neither JSON nor an event log"):
         wire.FrameReader().feed(len(body).to_bytes(4, "big") + body)
+
+
+def test_a_sleep_before_the_first_forward_stays_other_and_the_rest_of_the_gap_is_the_batchs_making():
+    # a loop without a DataLoader: 3 ms making the batch, 5 ms in time.sleep, then the forward
+    events = [(ENTER + OPTIMIZER, 0), (LEAVE_STEP_END, MS, 0),
+              (ENTER + OTHER, 4 * MS), (LEAVE, 9 * MS),  # the sleep, as the probe wraps it
+              (GAP_IS_DATA, 10 * MS), (FORWARD_TRAIN, 10 * MS), (LEAVE, 12 * MS),
+              (ENTER + OPTIMIZER, 12 * MS), (LEAVE_STEP_END, 13 * MS, 1)]
+    (_, row) = as_dicts(StepAssembler(0).feed(log(*events), 0, 0.0))
+    assert row["other"] == pytest.approx(0.005) and row["data_wait"] == pytest.approx(0.004)
+    assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"])
+
+
+def test_comm_inside_the_forward_is_told_apart_from_the_backwards():
+    events = [(FORWARD_TRAIN, 0), (ENTER + COMM, MS), (LEAVE, 3 * MS), (LEAVE, 4 * MS),  # an all-gather: 2 ms
+              (ENTER + BACKWARD, 4 * MS), (ENTER + COMM, 5 * MS), (LEAVE, 6 * MS), (LEAVE, 7 * MS),  # 1 ms
+              (ENTER + OPTIMIZER, 7 * MS), (LEAVE_STEP_END, 8 * MS, 0)]
+    (row,) = as_dicts(StepAssembler(0).feed(log(*events), 0, 0.0))
+    assert row["comm"] == pytest.approx(0.003) and row["comm_in_forward"] == pytest.approx(0.002)

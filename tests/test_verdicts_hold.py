@@ -267,3 +267,15 @@ def test_a_setting_the_script_reads_from_its_options_is_kept_as_the_option_s_def
     config = source.replace("num_workers=args.num_workers", "num_workers=cfg.num_workers")
     assert ("DataLoader(data, num_workers=16, pin_memory=args.pin_memory, batch_size=8, persistent_workers=True)"
             in edited(config, 6, change))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_loop_that_sleeps_between_steps_is_neither_data_bound_nor_compute_bound(run_fastmon, report, compiled):
+    # issue 56: a sleep after each step of a loop without a DataLoader read "data-bound 93%", and
+    # the same sleep beside a compiled step function "compute-bound"
+    out = run_fastmon("run", "--headless", SCRIPTS / "sleep_loop.py", *(["--compile"] if compiled else []))
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = report()
+    assert summary["verdict"]["issue"].startswith("other-bound"), summary["verdict"]
+    assert summary["phases"]["other"] > 0.5 and summary["phases"]["data_wait"] < 0.2

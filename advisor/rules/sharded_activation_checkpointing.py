@@ -37,10 +37,13 @@ def check(window, facts):
             why="each checkpointed block runs its forward twice; memory that is not needed buys nothing",
         )
     if not on and used > TIGHT_ABOVE:
+        # what is seen: torch's CheckpointWrapper, transformers' gradient checkpointing; a
+        # torch.utils.checkpoint call in the model's own forward is not
         return Advice(
             ID, "Checkpoint activations: memory is nearly full",
             f"the allocator peaks at {window.mem_peak / 2**30:.1f} GiB of {total / 2**30:.0f} GiB ({used:.0%}) "
-            "without activation checkpointing", None, CODE_CHANGE,
+            "and no activation checkpointing was seen (CheckpointWrapper, gradient_checkpointing_enable)", None,
+            CODE_CHANGE,
             fix="apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, Block))",
             why="recomputing activations frees memory for a larger batch, or against the next OOM",
         )

@@ -34,7 +34,9 @@ def check(window, facts):
     return Advice(
         ID, "Hide the backward's reduce-scatters",
         f"{sharding['kind']} over {sharding['units']} units: the step waits {share:.0%} in collectives outside "
-        f"the forward (its gradients' reduce-scatters)" + (", under gradient accumulation" if accumulating else ""),
+        "the forward (its gradients' reduce-scatters" + (", and the backward's all-gathers of units resharded after "
+                                                          "forward" if sharding.get("reshard_after_forward") else "")
+        + ")" + (", under gradient accumulation" if accumulating else ""),
         amdahl(share), CODE_CHANGE, fix=fix,
         why="each reduce-scatter should run under the next unit's backward; small ones pay their latency each",
     )
