@@ -21,6 +21,7 @@ EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses
 EXIT_NOT_COMPARABLE = 3  # the CI guard was asked to judge runs of different work
 EXIT_SLOWER = 4  # the CI guard found the new run slower beyond noise and beyond its limit
 EXIT_NOT_WRITTEN = 5  # report --patch could write none of the changes asked for (each said why)
+EXIT_MACHINE_DIFFERED = 6  # the CI guard found B's speed within what its busier (or quieter) machine explains
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
 EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
@@ -130,7 +131,8 @@ def run_parser() -> argparse.ArgumentParser:
                         "is compared with it (fastmon compare RUN NEW)")
     parser.add_argument("--fail-if-slower", type=percent, metavar="PCT",
                         help=f"with --baseline: exit {EXIT_SLOWER} when this run is slower beyond noise and by more "
-                             f"than PCT%%, {EXIT_NOT_COMPARABLE} when the two runs trained different work")
+                             f"than PCT%%, {EXIT_NOT_COMPARABLE} when the two runs trained different work, "
+                             f"{EXIT_MACHINE_DIFFERED} when the difference is within what a busier machine explains")
     return parser
 
 
@@ -388,7 +390,7 @@ def cmd_report(argv: list[str]) -> int:
 
 def judge_runs(run_dirs, fail_if_slower: float | None, as_json: bool, out) -> int:
     """Compare run B (``run_dirs[1]``) with A, print it, and the guard's exit code."""
-    from fastmon.compare import compare, format_text, guard_failed, phase_regressions
+    from fastmon.compare import compare, format_text, guard_failed, not_judged_for_the_machine, phase_regressions
 
     result = compare(*run_dirs)
     out.write((json.dumps(result, indent=1) if as_json else format_text(result)) + "\n")
@@ -398,6 +400,10 @@ def judge_runs(run_dirs, fail_if_slower: float | None, as_json: bool, out) -> in
         if not as_json:
             out.write(f"fastmon: not judged: the runs trained different work (exit {EXIT_NOT_COMPARABLE})\n")
         return EXIT_NOT_COMPARABLE
+    if not_judged_for_the_machine(result):
+        if not as_json:
+            out.write(f"fastmon: not judged: the machines differed (exit {EXIT_MACHINE_DIFFERED})\n")
+        return EXIT_MACHINE_DIFFERED
     if guard_failed(result, fail_if_slower):
         if not as_json:
             grown = phase_regressions(result, fail_if_slower)
@@ -416,7 +422,8 @@ def cmd_compare(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
     parser.add_argument("--fail-if-slower", type=percent, metavar="PCT",
                         help=f"a CI guard: exit {EXIT_SLOWER} when B is slower than A beyond noise and by more "
-                             f"than PCT%%, {EXIT_NOT_COMPARABLE} when they trained different work")
+                             f"than PCT%%, {EXIT_NOT_COMPARABLE} when they trained different work, {EXIT_MACHINE_DIFFERED} when "
+                             "the difference is within what a busier machine explains")
     args = parser.parse_args(argv)
     return with_runs([args.a, args.b], args.runs_dir,
                      lambda run_dirs: judge_runs(run_dirs, args.fail_if_slower, args.json, sys.stdout))

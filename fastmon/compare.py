@@ -17,6 +17,7 @@ from fastmon.common.verdicts import (BETWEEN_RUNS_NOISE, NO_CHANGE, NOISE, RUNS_
                                      speed_interval)
 
 BLOCKS = 10  # a run's steady steps in this many blocks: their spread is its noise
+BUSIER_BY = 0.3  # cores more that other processes held in B than in A: the machines differed
 SIBLINGS_KEPT = 6  # the latest runs of A's work whose spread is the noise between runs
 WORKLOAD = ("script", "arguments", "batch", "world_size")
 ENVIRONMENT = ("torch", "python", "fastmon", "gpus", "gpu_driver", "cpus", "host")
@@ -90,6 +91,37 @@ def workload(meta: dict, speeds: dict[int, dict]) -> dict:
             "world_size": len(speeds)}
 
 
+def machine(record: RunRecord, cores: int | None) -> dict:
+    """The machine a run ran on, as its host samples saw it while its steps ran: the cores
+    other processes held (every core's use less the training's processes'; fastmon's own
+    monitor among the others, in either run alike)."""
+    span = record.db.execute("SELECT MIN(t_end - wall), MAX(t_end) FROM steps WHERE rank=?",
+                             (min(record.ranks(), default=0),)).fetchone()
+    others = []
+    for t, _, sample in record.samples("host"):
+        if span[0] is None or not span[0] <= t <= span[1] or not sample.get("cpu_per_core"):
+            continue
+        training = sum(p.get("cpu") or 0 for p in sample.get("processes") or ()) / 100
+        others.append(max(sum(sample["cpu_per_core"]) / 100 - training, 0.0))
+    return {"cores": cores, "others_cores": round(sum(others) / len(others), 2) if others else None,
+            "samples": len(others)}
+
+
+def busier_machine(a: dict, b: dict, ratio: float | None) -> dict | None:
+    """Where B's machine was busier than A's: how much, and the step time that much load
+    could explain (the training's cores shared with it: ``cores / (cores - extra)``). None
+    where the machines were alike, or unknown."""
+    cores, busy_a, busy_b = a["machine"]["cores"], a["machine"]["others_cores"], b["machine"]["others_cores"]
+    if not cores or busy_a is None or busy_b is None or abs(busy_b - busy_a) < BUSIER_BY:
+        return None
+    busier, extra = ("B", busy_b - busy_a) if busy_b > busy_a else ("A", busy_a - busy_b)
+    explains = cores / max(cores - extra, 0.5)
+    return {"busier": busier, "others_a": busy_a, "others_b": busy_b, "cores": cores,
+            "explains_step_time_ratio": round(explains, 3),
+            # B's step time against A's, inside what the load could do: not the code's doing
+            "within": ratio is not None and (1 / explains <= ratio <= explains)}
+
+
 def environment(meta: dict, facts: dict) -> dict:
     env = facts.get("environment") or {}
     gpus = [d.get("name") for d in env.get("devices") or []]
@@ -108,6 +140,7 @@ def side(run_dir) -> dict:
     record = RunRecord(run_dir)
     try:
         meta, facts, speeds = record.meta(), record.facts(), steady_speeds(record, since)
+        host = machine(record, (facts.get("environment") or {}).get("cpu_count"))
     finally:
         record.close()
     mean_ms = 1e3 / figures["steps_per_s"] if figures["steps_per_s"] else 0.0
@@ -118,6 +151,7 @@ def side(run_dir) -> dict:
     sms = [d["sm_active_in_steps"] for d in devices if d.get("sm_active_in_steps") is not None]
     return {
         "run": str(run_dir), "workload": workload(meta, speeds), "environment": environment(meta, facts),
+        "machine": host,
         "steps": summary["steps"], "steady_steps": speeds[min(speeds)]["steps"] if speeds else 0, "since_step": since,
         "samples_per_s": figures["samples_per_s"], "tokens_per_s": figures.get("tokens_per_s"),
         "step_ms_mean": round(mean_ms, 4),
@@ -258,8 +292,10 @@ def compare(run_a, run_b) -> dict:
     shared = sorted(set(speeds_a) & set(speeds_b)) if len(speeds_a) > 1 else []
     ranks = [{"rank": r, **judged(speeds_a[r], speeds_b[r], noise["floor"])} for r in shared]
     moved = phase_changes(a, b, noise["floor"])
+    ratio = round(1 / primary["speedup"], 4) if primary["speedup"] else None
     return {"a": a, "b": b, **primary,
-            "step_time_ratio": round(1 / primary["speedup"], 4) if primary["speedup"] else None,
+            "step_time_ratio": ratio,
+            "machine_differs": busier_machine(a, b, ratio),
             "explained_by": what_explains(a, b, moved, primary["verdict"]),
             "phases_moved": moved,
             "workload_differs": differences(a["workload"], b["workload"], WORKLOAD),
@@ -299,14 +335,31 @@ def difference_text(d: dict) -> str:
     return f"{d['what'].replace('_', ' ')} {a!r} vs {b!r}"
 
 
+def machine_text(m: dict) -> str:
+    return (f"{m['busier']} ran on a busier machine (other processes held {m['others_b'] if m['busier'] == 'B' else m['others_a']:.1f} "
+            f"of {m['cores']} cores vs {m['others_a'] if m['busier'] == 'B' else m['others_b']:.1f})")
+
+
+def not_judged_for_the_machine(result: dict) -> bool:
+    """B's speed differs from A's, by no more than the busier machine could explain."""
+    m = result.get("machine_differs")
+    return bool(m and m["within"] and result["verdict"] != NO_CHANGE and not result["workload_differs"])
+
+
 def verdict_line(result: dict) -> str:
     if result["workload_differs"]:
         return "not judged: the runs trained different work (" + "; ".join(
             map(difference_text, result["workload_differs"])) + ")"
     if result["speedup"] is None:
         return "not judged: a run has no steady steps"
+    m = result.get("machine_differs")
+    if not_judged_for_the_machine(result):
+        return (f"not judged as a code change: {machine_text(m)}: step time ×{result['step_time_ratio']:.2f}, within "
+                f"the ×{m['explains_step_time_ratio']:.2f} that load can explain ({rates_text(result)})")
     line = (f"{rates_text(result)} — {result['verdict']}: {change_text(result)}, "
             f"step time ×{result['step_time_ratio']:.2f}")
+    if m:  # beyond what the load explains: the code's, said beside the machine
+        line += f" — beyond what {machine_text(m)} explains (×{m['explains_step_time_ratio']:.2f})"
     why = result.get("explained_by")
     if why:
         line += (f" — {why['phase']} {why['ms_per_step']:+.2f} ms a step ({why['a_share']:.0%} → "

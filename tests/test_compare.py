@@ -7,11 +7,12 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 
 import pytest
 
 from conftest import EXAMPLES, ROOT, clean_env, fastmon_cmd, run_dirs
-from fastmon.cli import EXIT_NO_RUN, EXIT_NOT_COMPARABLE, EXIT_SLOWER, EXIT_USAGE
+from fastmon.cli import EXIT_MACHINE_DIFFERED, EXIT_NO_RUN, EXIT_NOT_COMPARABLE, EXIT_SLOWER, EXIT_USAGE
 
 DATA = ROOT / "tests" / "data"
 # A regression as it happens: the same command, the code changed to collate each batch slowly:
@@ -244,3 +245,32 @@ def test_a_phase_s_figure_is_the_table_s_where_the_first_steps_were_all_timed():
     assert table_ms == pytest.approx(4.8, rel=0.01)
     assert phase_noise(StepTable.from_rows(rows), list(range(1000)))["forward"]["ms"] == pytest.approx(table_ms,
                                                                                                    rel=0.01)
+
+
+@pytest.mark.e2e
+def test_a_busier_machine_is_named_and_not_taken_for_a_code_change(tmp_path, run_fastmon):
+    # issue 56: two runs of the same code, the second beside another job, read as the code's change
+    script = tmp_path / "train.py"
+    script.write_text((EXAMPLES / "healthy.py").read_text().replace("import argparse\n", "import argparse\nimport time\n"))
+    assert run_fastmon("run", "--headless", script, "--epochs", "4").returncode == 0
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a core busy all along
+    try:
+        assert run_fastmon("run", "--headless", script, "--epochs", "4").returncode == 0
+        script.write_text(script.read_text().replace(*SLOW_COLLATE))
+        assert run_fastmon("run", "--headless", script, "--epochs", "4").returncode == 0
+    finally:
+        spinner.kill()
+        spinner.wait()
+    quiet, busy, slowed = run_dirs(tmp_path)[-3:]
+    same = compare(quiet, busy, "--fail-if-slower", "10", cwd=tmp_path)
+    result = json.loads(compare(quiet, busy, "--json", cwd=tmp_path).stdout)
+    machine = result["machine_differs"]
+    assert machine["busier"] == "B" and machine["others_b"] - machine["others_a"] >= 0.5, machine
+    assert same.returncode != EXIT_SLOWER, same.stdout
+    if result["verdict"] != "no measurable change":
+        assert same.returncode == EXIT_MACHINE_DIFFERED, same.stdout
+        assert "not judged as a code change: B ran on a busier machine (other processes held" in same.stdout
+    # a real slowdown on the busier machine is still one, and names its phase
+    worse = compare(quiet, slowed, "--fail-if-slower", "10", cwd=tmp_path)
+    assert worse.returncode == EXIT_SLOWER, worse.stdout
+    assert "— data_wait +" in worse.stdout and "beyond what B ran on a busier machine" in worse.stdout
