@@ -28,6 +28,7 @@ from time import perf_counter_ns
 import torch
 import torch.multiprocessing
 
+from fastmon.probe import facts
 from fastmon.probe.compiling import is_compiling
 from fastmon.probe.guard import Part
 from fastmon.probe.location import called_by_fastmon, fmt, user_frame
@@ -54,6 +55,7 @@ class CodeChecksPart(Part):
         self._orig_scheduler_init = torch.optim.lr_scheduler.LRScheduler.__init__
         self._orig_anomaly_inits = (torch.autograd.set_detect_anomaly.__init__, torch.autograd.detect_anomaly.__init__)
         self._orig_profiler_init = torch.autograd.profiler.profile.__init__
+        self._orig_conv_init = torch.nn.modules.conv._ConvNd.__init__
         self._spawn_module = sys.modules["torch.multiprocessing.spawn"]  # the attribute is the function
         self._orig_start_processes = self._spawn_module.start_processes
         self.tensor_copies = 0
@@ -126,7 +128,19 @@ class CodeChecksPart(Part):
                     part.fail(exc)
             return orig_start_processes(fn, args, nprocs, *more, **kwargs)
 
+        orig_conv_init = self._orig_conv_init
+
+        def conv_init(conv, *args, **kwargs):
+            # where the script builds each conv (a LightningModule's __init__): a conv-bias advice's line
+            orig_conv_init(conv, *args, **kwargs)
+            if part.on:
+                try:
+                    facts.BUILT_AT[conv] = fmt(user_frame(2))
+                except Exception as exc:
+                    part.fail(exc)
+
         self.timed_wrappers = (tensor, clip_grad_norm_)
+        torch.nn.modules.conv._ConvNd.__init__ = conv_init
         torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_init
         torch.autograd.set_detect_anomaly.__init__ = set_detect_anomaly_init
         torch.autograd.detect_anomaly.__init__ = detect_anomaly_init
@@ -138,6 +152,7 @@ class CodeChecksPart(Part):
         torch.optim.lr_scheduler.LRScheduler.__init__ = self._orig_scheduler_init
         torch.autograd.set_detect_anomaly.__init__, torch.autograd.detect_anomaly.__init__ = self._orig_anomaly_inits
         torch.autograd.profiler.profile.__init__ = self._orig_profiler_init
+        torch.nn.modules.conv._ConvNd.__init__ = self._orig_conv_init
         self._spawn_module.start_processes = torch.multiprocessing.start_processes = self._orig_start_processes
 
     def arm(self) -> None:

@@ -22,6 +22,8 @@ import sys
 
 from torch.compiler import is_compiling  # noqa: F401
 
+from fastmon.probe.location import fmt, is_user_file
+
 REASONS_KEPT = 8  # distinct graph-break and recompile reasons sent in the fact
 
 
@@ -51,13 +53,25 @@ class Recompiles:
                 continue  # (torch 2.4 records some compilations twice, under one id)
             self._counted.add(compile_id)
             self.count += 1
-            reason, line = guard_text(getattr(compilation, "recompile_reason", None)
-                                      or "a guard failed (this torch does not record which)")
+            text = getattr(compilation, "recompile_reason", None) or "a guard failed (this torch does not record which)"
+            reason, line = guard_text(text)
             if reason not in self.reasons:
                 self.reasons = (self.reasons + [reason])[-REASONS_KEPT:]
-            filename = getattr(compilation, "co_filename", None)
-            if filename:
-                self.where = f"{filename}:{line or getattr(compilation, 'co_firstlineno', None)}"
+            self.where = recompiled_at(text, getattr(compilation, "co_filename", None), line,
+                                       getattr(compilation, "co_firstlineno", None)) or self.where
+
+
+def recompiled_at(reason: str, filename: str | None, line: int | None, first_line_of_code: int | None) -> str | None:
+    """The user's line a recompilation is of: the code dynamo recompiled where it is the
+    user's, else the guarded source the reason names (``# <file>:14 in f``) where that is;
+    None where both are torch's (a compiled module's frame is dynamo's ``external_utils``:
+    the advice then points at the user's torch.compile call)."""
+    if filename and is_user_file(filename):
+        return fmt((filename, line or first_line_of_code))
+    for source, number in re.findall(r"#\s*(\S+?):(\d+) in ", first_line(reason).split("\n")[0]):
+        if is_user_file(source):
+            return fmt((source, int(number)))
+    return None
 
 
 def guard_text(reason: str) -> tuple[str, int | None]:

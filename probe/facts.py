@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 
 import torch
 
@@ -40,7 +41,9 @@ def describe_model(module: torch.nn.Module) -> dict:
         "activation_checkpointing": any(type(m).__name__ == "CheckpointWrapper" for m in modules)
         or bool(getattr(inner, "is_gradient_checkpointing", False)),
         "sequence_first": sequence_first(modules),
-        "conv_bias_before_bn": conv_bias_before_bn(inner),
+        "conv_bias_before_bn": (flagged := conv_bias_before_bn(inner)),
+        # where the script built the first of them (the probe saw each conv's construction)
+        "conv_bias_location": BUILT_AT.get(inner.get_submodule(flagged[0])) if flagged else None,
         "channels_last": any(p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)
                              and not p.is_contiguous() for p in params),
     }
@@ -132,6 +135,9 @@ def sequence_first(modules) -> bool:
     is time, and the batch is dim 1 (pytorch/examples' word_language_model)."""
     layers = [m for m in modules if isinstance(m, (torch.nn.RNNBase, torch.nn.MultiheadAttention))]
     return bool(layers) and not any(getattr(m, "batch_first", False) for m in layers)
+
+
+BUILT_AT: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()  # conv -> file:line
 
 
 def conv_bias_before_bn(module: torch.nn.Module) -> list[str]:

@@ -28,7 +28,8 @@ _PACKAGE_FOLDERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" 
 _cache: dict[str, bool] = {}
 
 
-def _is_user_file(filename: str) -> bool:
+def is_user_file(filename: str) -> bool:
+    """Not torch's, fastmon's, the standard library's or an installed package's."""
     known = _cache.get(filename)
     if known is None:
         path = os.path.abspath(filename)
@@ -42,7 +43,7 @@ def user_frame(depth: int = 2):
     """The innermost frame in user code, as (filename, lineno), or None."""
     frame = sys._getframe(depth)
     while frame is not None:
-        if _is_user_file(frame.f_code.co_filename):
+        if is_user_file(frame.f_code.co_filename):
             return frame.f_code.co_filename, frame.f_lineno
         frame = frame.f_back
     return None

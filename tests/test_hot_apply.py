@@ -160,6 +160,7 @@ def test_auto_applies_safe_fixes_on_the_mistakes_example(run_fastmon, report):
     assert advice["zero_grad.set_to_none"]["location"].endswith("mistakes.py:54")
     assert advice["autograd.detect_anomaly"]["location"].endswith("mistakes.py:42")
     assert advice["optimizer.adamw"]["location"].endswith("mistakes.py:47")
+    assert advice["conv_bias_before_bn"]["location"].endswith("mistakes.py:24")  # where the conv is built
     applied = {a["id"]: a for a in summary["applied"]}
     anomaly = applied["autograd.detect_anomaly"]
     assert anomaly["kept"] and anomaly["verdict"] == "faster" and anomaly["speedup_interval"][0] > 1, anomaly

@@ -354,7 +354,7 @@ def test_custom_batch_function_is_data_wait(run_fastmon, report):
 
 
 @pytest.mark.e2e
-def test_lightning_fit_runs_unchanged(run_fastmon, tmp_path):
+def test_lightning_fit_runs_unchanged(run_fastmon, report, tmp_path):
     pytest.importorskip("pytorch_lightning")
     out = run_fastmon("run", "--headless", SCRIPTS / "lightning_fit.py")
     assert out.returncode == 0, out.stderr
@@ -363,6 +363,9 @@ def test_lightning_fit_runs_unchanged(run_fastmon, tmp_path):
     assert len(rows) == 40
     assert all(r["samples"] == 32 for r in rows)
     assert sum(r["forward"] for r in timed(rows)) > 0 and sum(r["data_wait"] for r in timed(rows)) > 0
+    # a conv built in the LightningModule's __init__: its advice is at that line (issue 56: none)
+    advice = {a["id"]: a for a in report()["advice"]}
+    assert advice["conv_bias_before_bn"]["location"].endswith("lightning_fit.py:17")
 
 
 @pytest.mark.e2e
@@ -641,11 +644,25 @@ def test_a_character_cut_across_two_reads_is_recorded_whole(run_fastmon, tmp_pat
 def test_advice_never_points_into_an_installed_library_wherever_it_was_installed(tmp_path):
     import site
 
-    from fastmon.probe.location import _is_user_file
+    from fastmon.probe.location import is_user_file
 
     user_site = site.getusersitepackages()  # pip install --user torch
-    assert not _is_user_file(f"{user_site}/torch/nn/modules/module.py")
-    assert not _is_user_file("/opt/vendor/lib/python3.11/dist-packages/torch/optim/optimizer.py")
-    assert not _is_user_file("/srv/env/lib/python3.11/site-packages/transformers/trainer.py")
+    assert not is_user_file(f"{user_site}/torch/nn/modules/module.py")
+    assert not is_user_file("/opt/vendor/lib/python3.11/dist-packages/torch/optim/optimizer.py")
+    assert not is_user_file("/srv/env/lib/python3.11/site-packages/transformers/trainer.py")
     script = tmp_path / "train.py"
-    assert _is_user_file(str(script))
+    assert is_user_file(str(script))
+
+
+def test_a_recompiled_modules_advice_points_at_the_users_line_not_dynamos_frame(tmp_path):
+    # torch.compile(model): the frame dynamo recompiles is its own external_utils.py wrapper;
+    # the advice pointed there (issue 56), not at the guarded line the reason names
+    import torch._dynamo.external_utils as dynamos
+
+    from fastmon.probe.compiling import recompiled_at
+
+    script = str(tmp_path / "recompile_loop.py")
+    reason = f"0/1: L['x'].size()[0] == 32  # return self.net(x)  # {script}:14 in forward"
+    assert recompiled_at(reason, dynamos.__file__, 67, 60).endswith("recompile_loop.py:14")
+    assert recompiled_at(reason, script, 11, 9).endswith("recompile_loop.py:11")  # the user's own frame first
+    assert recompiled_at("0/1: a guard failed", dynamos.__file__, 67, 60) is None  # then the torch.compile call

@@ -15,9 +15,10 @@ def check(window, facts):
     layers = [name for model in facts.models for name in model.get("conv_bias_before_bn") or []]
     if not layers:
         return None
+    built_at = next((m["conv_bias_location"] for m in facts.models if m.get("conv_bias_location")), None)
     return Advice(
         ID, "Drop the bias of convolutions followed by BatchNorm",
         f"{len(layers)} conv layer(s) with bias directly before BatchNorm: {', '.join(layers[:4])}",
         None, CODE_CHANGE, fix="nn.Conv2d(in_ch, out_ch, kernel_size, bias=False)",
-        why="BatchNorm removes the per-channel mean, so the bias has no effect", kind=SUGGESTION,
+        why="BatchNorm removes the per-channel mean, so the bias has no effect", kind=SUGGESTION, location=built_at,
     )
