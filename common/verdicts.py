@@ -88,6 +88,12 @@ def judge(interval: tuple[float, float, float] | None) -> str:
     return FASTER if low > 1 else SLOWER if high < 1 else NO_CHANGE
 
 
+def keeps(verdict: str, changes_maths: bool) -> bool:
+    """Whether a trial's change stays: measured faster, or no measurable change where it
+    leaves the maths as they were (harmless, and the advice said why it should help)."""
+    return verdict == FASTER or (verdict == NO_CHANGE and not changes_maths)
+
+
 def advice_status(result: dict) -> str:
     if result.get("verdict") == NOT_JUDGED:  # nothing refuted: the change could not take
         return OPEN

@@ -9,8 +9,10 @@ the measurement says. Three ways of measuring, by what the change costs to switc
   setting's own measured worker start-up accounted per step; a worker count is searched;
 - over whole epochs: persistent workers, whose gain is at epoch starts.
 
-A trial that cannot decide is extended by up to ``EXTENSIONS`` windows, then concluded
-"no measurable change". README "How a live change is measured" has the why of each.
+A trial that cannot decide is extended by up to ``EXTENSIONS`` windows (an interleaved
+trial the advice expects much of, ``PROMISING``: ``PROMISING_EXTENSIONS``, its interval
+widened for each look), then concluded "no measurable change". README "How a live change
+is measured" has the why of each.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from dataclasses import dataclass, field
 
 from fastmon.trial_measure import (Measured, Schedule, StartupCost, measure, paired, paired_change, pooled,
                                    speed_change)
-from fastmon.common.verdicts import FASTER, NO_CHANGE, NOISE, NOT_JUDGED, NOT_MEASURED, ExperimentState, judge
+from fastmon.common.verdicts import (FASTER, NO_CHANGE, NOISE, NOT_JUDGED, NOT_MEASURED, ExperimentState, judge,
+                                     keeps)
 
 BASELINE_STEPS = 20
 BASELINE_SECONDS = 1.0
@@ -30,6 +33,10 @@ MEASURE_STEPS = 16
 MIN_MEASURE_SECONDS = 1.0
 WARMUP_STEPS = 3
 EXTENSIONS = 3  # more windows for a trial whose interval straddles 1 ...
+PROMISING = 1.3  # ... or, for an interleaved trial whose advice estimated this much or more,
+PROMISING_EXTENSIONS = 9  # this many: the ~2x of anomaly detection off on a busy core needs ~20 pairs
+BUSY_SPREAD = 0.25  # steps whose times spread this much (coefficient of variation): a busy core ...
+BUSY_BLOCK_SECONDS = 0.2  # ... met by shorter blocks: more pairs in the time, less drift inside each
 MAX_TRIAL_SECONDS = 60.0  # ... within this much of the training's time
 # The training answers a command at its next step's end: no answer after this long and
 # this many steps means it will not come.
@@ -314,15 +321,23 @@ class ExperimentRunner:
         return exp
 
     def _interleave(self, exp: Experiment, rows: list) -> None:
-        step_s = statistics.median(r.wall for r in rows[-BASELINE_STEPS:])
-        block = min(MAX_BLOCK_STEPS, max(MIN_BLOCK_STEPS, round(BLOCK_SECONDS / max(step_s, 1e-9))))
+        walls = [r.wall for r in rows[-BASELINE_STEPS:]]
+        step_s = statistics.median(walls)
+        busy = len(walls) > 1 and statistics.stdev(walls) > BUSY_SPREAD * statistics.fmean(walls)
+        block = min(MAX_BLOCK_STEPS, max(MIN_BLOCK_STEPS, round((BUSY_BLOCK_SECONDS if busy else BLOCK_SECONDS)
+                                                                / max(step_s, 1e-9))))
         pair_s = 2 * block * step_s
-        most = PAIRS * (1 + EXTENSIONS)
+        most = PAIRS * (1 + self._extensions_for(exp))
         pairs = max(PAIRS, min(most, int(MAX_TRIAL_SECONDS / pair_s) if pair_s > 0 else most))
         order = "".join(self._random.choice(("AB", "BA")) for _ in range(pairs))
         exp.live_params = exp.current
         self._send(exp, {"t": "interleave", "exp": exp.exp, "action": exp.action, "params": exp.current,
                          "order": order, "block": block})
+
+    @staticmethod
+    def _extensions_for(exp: Experiment) -> int:
+        """How many more windows an undecided interleaved trial may take."""
+        return PROMISING_EXTENSIONS if (exp.predicted or 1.0) >= PROMISING else EXTENSIONS
 
     def _apply(self, exp: Experiment, params: dict) -> None:
         exp.measure_from = exp.measure_until = None
@@ -535,7 +550,7 @@ class ExperimentRunner:
             return
         if exp.returned is not None:
             exp.baseline = before
-        keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
+        keep = keeps(verdict, exp.changes_maths)
         if not keep:
             self._revert(exp, REVERTING)
             return
@@ -569,7 +584,7 @@ class ExperimentRunner:
         exp.change = (ratio, ratio * (1 - max(NOISE, half)), ratio * (1 + max(NOISE, half)), half)
         exp.trials.append((exp.running, exp.after))
         verdict = judge(exp.change[:3])
-        keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
+        keep = keeps(verdict, exp.changes_maths)
         if not keep:
             self._revert(exp, REVERTING)
             return
@@ -592,13 +607,14 @@ class ExperimentRunner:
         all_done = self.latest_step >= schedule.first + len(schedule.order) * schedule.block - 1
         if len(logs) < PAIRS * (1 + exp.extensions) and not all_done:
             return
-        exp.change = paired_change(before, after, logs, floor=NOISE)
+        exp.change = paired_change(before, after, logs, floor=NOISE, looks=exp.extensions + 1)
         verdict = judge(exp.change[:3])
         undecided = verdict == NO_CHANGE and exp.change[3] > NOISE
-        if undecided and not all_done and exp.extensions < EXTENSIONS:
+        if undecided and not all_done and exp.extensions < self._extensions_for(exp) \
+                and time.monotonic() - exp.began_at < MAX_TRIAL_SECONDS:
             exp.extensions += 1
             return
-        keep = verdict == FASTER or (verdict == NO_CHANGE and not exp.changes_maths)
+        keep = keeps(verdict, exp.changes_maths)
         exp.kept = keep
         exp.final_params = exp.current
         exp.state = FINALIZING if keep else REVERTING
@@ -651,7 +667,8 @@ class ExperimentRunner:
             exp.error = "the run ended as the verdict was being applied"
         elif exp.method == "interleaved" and exp.schedule is not None:  # the pairs so far, for what they say
             pairs = len(exp.logs)
-            exp.change = paired_change(exp.baseline, exp.after, exp.logs, floor=NOISE) if pairs >= 2 else None
+            exp.change = paired_change(exp.baseline, exp.after, exp.logs, floor=NOISE, looks=exp.extensions + 1) \
+                if pairs >= 2 else None
             exp.error = f"the run ended after {pairs} pair{'s' if pairs != 1 else ''} of blocks"
         else:
             exp.error = exp.error or "the run ended before the measurement finished"

@@ -6,6 +6,7 @@ change is measured" says why each choice."""
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 from fastmon.common.verdicts import NOISE, rate_error
@@ -140,17 +141,25 @@ def paired(blocks: list[tuple[str, Measured]]) -> tuple[Measured, Measured, list
     return before, after, logs
 
 
+def looked(looks: int) -> float:
+    """How much wider an interval must be where the pairs were looked at ``looks`` times,
+    each time free to stop (Bonferroni: each look at 5% / looks, two-sided), so that a
+    change that does nothing is called faster 2.5% of the time, however often it is looked
+    at: the normal quantile's ratio to 1.96."""
+    return statistics.NormalDist().inv_cdf(1 - 0.025 / max(looks, 1)) / 1.96
+
+
 def paired_change(before: Measured, after: Measured, logs: list[float],
-                  floor: float = NOISE) -> tuple[float, float, float, float]:
+                  floor: float = NOISE, looks: int = 1) -> tuple[float, float, float, float]:
     """The pooled speed-up with its ~95% interval from the spread of the pairs (drift
-    between pairs cancels within each), never narrower than ``floor``; and the
-    half-width the pairs alone give."""
+    between pairs cancels within each), never narrower than ``floor``, widened for the
+    ``looks`` taken at them so far; and the half-width the pairs alone give."""
     ratio = after.rate / before.rate if before.rate > 0 else 0.0
     n = len(logs)
     if n < 2:
         return ratio, 0.0, math.inf, math.inf
     mean = sum(logs) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    half = math.expm1(t95(n - 1) * sd / math.sqrt(n))
+    half = math.expm1(t95(n - 1) * looked(looks) * sd / math.sqrt(n))
     width = max(floor, half)
     return ratio, ratio * max(0.0, 1 - width), ratio * (1 + width), half
