@@ -150,7 +150,10 @@ class StepAssembler:
 
     def _apply(self, code: int, ints, i: int, rows: list, perf0: int, wall0: float) -> None:
         if code < LEAVE:
-            self._enter(code - ENTER, ints[i + 1])
+            phase = code - ENTER
+            if phase == OTHER and self.phase != OTHER:  # a sleep inside a phase (a slow read's) is that phase's
+                phase = self.phase
+            self._enter(phase, ints[i + 1])
             if code - ENTER == SYNC:
                 self.sync_calls += 1
         elif code == LEAVE:

@@ -218,3 +218,11 @@ def test_comm_inside_the_forward_is_told_apart_from_the_backwards():
               (ENTER + OPTIMIZER, 7 * MS), (LEAVE_STEP_END, 8 * MS, 0)]
     (row,) = as_dicts(StepAssembler(0).feed(log(*events), 0, 0.0))
     assert row["comm"] == pytest.approx(0.003) and row["comm_in_forward"] == pytest.approx(0.002)
+
+
+def test_a_sleep_inside_a_phase_is_that_phases_time():
+    # a dataset that sleeps for its slow disk, loaded in the training process: data_wait
+    events = [(ENTER + DATA_WAIT, 0), (ENTER + OTHER, MS), (LEAVE, 5 * MS), (LEAVE_BATCH, 6 * MS, 32),
+              (FORWARD_TRAIN, 6 * MS), (LEAVE, 8 * MS), (ENTER + OPTIMIZER, 8 * MS), (LEAVE_STEP_END, 9 * MS, 0)]
+    (row,) = as_dicts(StepAssembler(0).feed(log(*events), 0, 0.0))
+    assert row["data_wait"] == pytest.approx(0.006) and row["other"] == 0
