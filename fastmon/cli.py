@@ -21,7 +21,7 @@ EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses
 EXIT_NOT_COMPARABLE = 3  # the CI guard was asked to judge runs of different work
 EXIT_SLOWER = 4  # the CI guard found the new run slower beyond noise and beyond its limit
 EXIT_NOT_WRITTEN = 5  # report --patch could write none of the changes asked for (each said why)
-EXIT_MACHINE_DIFFERED = 6  # the CI guard found B's speed within what its busier (or quieter) machine explains
+EXIT_MACHINE_DIFFERED = 6  # the CI guard would fail, but B's step moved as a whole on a busier machine
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
 EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
@@ -400,7 +400,7 @@ def judge_runs(run_dirs, fail_if_slower: float | None, as_json: bool, out) -> in
         if not as_json:
             out.write(f"fastmon: not judged: the runs trained different work (exit {EXIT_NOT_COMPARABLE})\n")
         return EXIT_NOT_COMPARABLE
-    if not_judged_for_the_machine(result):
+    if guard_failed(result, fail_if_slower) and not_judged_for_the_machine(result):
         if not as_json:
             out.write(f"fastmon: not judged: the machines differed (exit {EXIT_MACHINE_DIFFERED})\n")
         return EXIT_MACHINE_DIFFERED
