@@ -35,8 +35,6 @@ WARMUP_STEPS = 3
 EXTENSIONS = 3  # more windows for a trial whose interval straddles 1 ...
 PROMISING = 1.3  # ... or, for an interleaved trial whose advice estimated this much or more,
 PROMISING_EXTENSIONS = 9  # this many: the ~2x of anomaly detection off on a busy core needs ~20 pairs
-BUSY_SPREAD = 0.25  # steps whose times spread this much (coefficient of variation): a busy core ...
-BUSY_BLOCK_SECONDS = 0.2  # ... met by shorter blocks: more pairs in the time, less drift inside each
 MAX_TRIAL_SECONDS = 60.0  # ... within this much of the training's time
 # The training answers a command at its next step's end: no answer after this long and
 # this many steps means it will not come.
@@ -321,11 +319,8 @@ class ExperimentRunner:
         return exp
 
     def _interleave(self, exp: Experiment, rows: list) -> None:
-        walls = [r.wall for r in rows[-BASELINE_STEPS:]]
-        step_s = statistics.median(walls)
-        busy = len(walls) > 1 and statistics.stdev(walls) > BUSY_SPREAD * statistics.fmean(walls)
-        block = min(MAX_BLOCK_STEPS, max(MIN_BLOCK_STEPS, round((BUSY_BLOCK_SECONDS if busy else BLOCK_SECONDS)
-                                                                / max(step_s, 1e-9))))
+        step_s = statistics.median(r.wall for r in rows[-BASELINE_STEPS:])
+        block = min(MAX_BLOCK_STEPS, max(MIN_BLOCK_STEPS, round(BLOCK_SECONDS / max(step_s, 1e-9))))
         pair_s = 2 * block * step_s
         most = PAIRS * (1 + self._extensions_for(exp))
         pairs = max(PAIRS, min(most, int(MAX_TRIAL_SECONDS / pair_s) if pair_s > 0 else most))
@@ -336,8 +331,10 @@ class ExperimentRunner:
 
     @staticmethod
     def _extensions_for(exp: Experiment) -> int:
-        """How many more windows an undecided interleaved trial may take."""
-        return PROMISING_EXTENSIONS if (exp.predicted or 1.0) >= PROMISING else EXTENSIONS
+        """How many more windows an undecided interleaved trial may take: more where the
+        advice expected much, or could not say (its estimate withheld on a busy machine,
+        whose waiting threads inflate the shares it reads)."""
+        return PROMISING_EXTENSIONS if exp.predicted is None or exp.predicted >= PROMISING else EXTENSIONS
 
     def _apply(self, exp: Experiment, params: dict) -> None:
         exp.measure_from = exp.measure_until = None
