@@ -65,7 +65,9 @@ class LoaderReadings:
             return None
         loader, epoch, count = now = split_reading(reading)
         last, self.last = self.last, now
-        same_epoch = last is not None and last[:2] == (loader, epoch)
+        # fewer delivered than last time under the same tag: a new iterator (a loader built
+        # anew each epoch by a wrapper, taking a freed loader's place), its count from 0
+        same_epoch = last is not None and last[:2] == (loader, epoch) and count >= last[2]
         if last is None and self.steps_without:
             return None  # the loader became known mid-run: its earlier batches were counted already
         if not same_epoch:
@@ -78,5 +80,7 @@ class LoaderReadings:
             if after is None or before is None:
                 return None
             samples = after - before
+        if samples < 0:  # never a negative count: the event log's own count stands
+            return None
         self.counted += samples
         return samples

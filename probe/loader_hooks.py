@@ -199,6 +199,7 @@ class LoaderPart(Part):
         super().__init__(probe)
         self.main_thread = threading.main_thread().ident
         self.loaders: dict[int, LoaderState] = {}
+        self.loaders_seen = 0  # each loader's number: a freed loader's place (its id) is taken by a new one
         self.last_loader: LoaderState | None = None
         self.train_loader: LoaderState | None = None
         self._orig_next = dl._BaseDataLoaderIter.__next__
@@ -354,7 +355,8 @@ class LoaderPart(Part):
         key = id(loader)
         state = self.loaders.get(key)
         if state is None or state.ref() is not loader:
-            state = LoaderState(f"L{len(self.loaders)}", loader, self.built_at.get(loader) or fmt(user_frame(3)))
+            state = LoaderState(f"L{self.loaders_seen}", loader, self.built_at.get(loader) or fmt(user_frame(3)))
+            self.loaders_seen += 1
             self.loaders[key] = state
         seconds = perf_counter() - started
         state.epoch = (state.epoch[0] + 1, seconds, state.epoch[2])
@@ -363,6 +365,13 @@ class LoaderPart(Part):
         if state.role is None and not torch.is_grad_enabled():
             state.role = "eval"  # a validation loop under no_grad or inference_mode
         state.counter = None  # a new epoch: one batch size again
+        train = self.train_loader
+        if state is not train and state.role is None and train is not None and train.ref() is None \
+                and state.location == train.location and torch.is_grad_enabled():
+            # the training's loader built anew where it was built before (each epoch, by a
+            # wrapper that yields converted batches): the training's from its first batch,
+            # or the untimed steps until the next timed one would read the old one's count
+            self.set_training(state)
         if state is self.train_loader:
             self.probe.clock.training_iterator(taken_of(it, state, self.watch_end), state.index, state.epoch[0])
         tags = IterTags(state)

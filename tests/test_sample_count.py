@@ -7,6 +7,7 @@ from array import array
 
 import pytest
 
+from conftest import SCRIPTS
 from fastmon.common.phases import STEP_FIELDS
 from fastmon.common.sample_count import LoaderReadings, reading_base, samples_in_first, split_reading
 from fastmon.common.step_events import ENTER, FORWARD_TRAIN, LEAVE_BATCH, LOADER_READING, STEP_END, UNTIMED_STEPS, StepAssembler
@@ -145,3 +146,23 @@ def test_a_persistent_workers_iterator_s_end_is_watched_once_all_is_delivered():
     readings = [taken._num_yielded for _ in fetched_ahead(it)]
     assert readings == [1, 2, 3, 4, 4] and watched == [it]  # the wrapper tells the rest
     del it, loader
+
+
+def test_a_new_loader_under_a_freed_ones_tag_counts_from_its_first_batch_never_below_zero():
+    # a wrapper that builds a DataLoader each epoch: the new one took the freed one's tag,
+    # and its first batch read 32 - 1024 = -992 samples; the record could not be read back
+    readings = LoaderReadings(loader(32, 1024))
+    first = [readings.step_samples(reading_base(2, 0) + b) for b in range(1, 33)]
+    again = [readings.step_samples(reading_base(2, 0) + b) for b in range(1, 33)]
+    assert first == again == [32] * 32
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("every_step", [False, True])
+def test_a_wrapper_that_rebuilds_its_loader_each_epoch_is_counted_and_its_record_read(run_fastmon, report,
+                                                                                       every_step):
+    out = run_fastmon("run", "--headless", *(["--every-step"] if every_step else []), SCRIPTS / "wrapped_loader.py")
+    assert out.returncode == 0 and "steps 256 samples 8192" in out.stdout, out.stderr[-2000:]
+    assert "no summary" not in out.stderr
+    summary = report()
+    assert (summary["steps"], summary["samples"]) == (256, 8192)
