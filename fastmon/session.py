@@ -161,6 +161,7 @@ class Session:
                 "started": self._state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
                 "gpu_note": self.gpu.note, "script": " ".join(self.options.target),
                 "profile_at": self.options.profile_at, "tokens_per_sample": self.options.tokens_per_sample,
+                "monitor_pid": os.getpid(),  # a report of the record while it runs says so
                 # what `fastmon compare` names when two runs' environments differ
                 "fastmon": __version__, "python": platform.python_version(), "host": socket.gethostname(),
                 "gpu_driver": self.gpu.driver, "advisor": rules_digest(),

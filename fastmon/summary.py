@@ -3,6 +3,9 @@ the end. Built from the run record alone, so a replay shows the same numbers."""
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from typing import NamedTuple
 
 from fastmon.advisor.bound import COMMUNICATION, COMPUTE, GpuBusy, bound, of_even_ranks, remedies
@@ -358,11 +361,35 @@ def summarize(run_dir) -> dict:
             rec.close()
 
 
+def monitor_running(meta: dict) -> bool:
+    """Whether the monitor that writes this record still runs: its process, on this host."""
+    pid = meta.get("monitor_pid")
+    if not isinstance(pid, int) or meta.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process by that number: not ours to tell
+        return False
+    return True
+
+
 def record_lacks(metas: list[dict], last_ends: dict, dropped: int, made: int, events: list[dict]) -> dict | None:
     """What the record does not hold of the training, as far as it can be known: steps the
     probes made and the record lacks (a full disk, a monitor behind), or, for a training
     process that ended without its probe's last send (os._exit, a signal, a crash in
     native code), how long before its end the record stops. None when it holds it all."""
+    unended = [m for m in metas if "ended" not in m]
+    if unended:  # the monitor did not record its end: what came after its last step is not here
+        last = max(last_ends.values(), default=None)
+        after = f"steps after {time.strftime('%H:%M:%S', time.localtime(last))}" if last else "its steps"
+        if any(monitor_running(m) for m in unended):
+            return {"steps": None, "up_to_s": None, "ranks": [], "partial": "running",
+                    "why": f"the run is still going: {after} are not recorded yet"}
+        return {"steps": None, "up_to_s": None, "ranks": [], "partial": "monitor_ended",
+                "why": f"the monitor ended before the training did, or its end is unknown (killed, hung up, "
+                       f"its machine lost): {after} are not in this record"}
     said = {str(rank) for m in metas for rank in (m.get("steps_made") or {})}
     silent = [rank for rank in last_ends if str(rank) not in said]
     ended = max((m.get("trainer_exit") or m.get("ended") or 0) for m in metas)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -435,3 +436,28 @@ def test_a_forward_that_raises_while_fastmon_looks_for_the_model_leaves_its_timi
     assert "UserWarning" not in out.stderr and "fastmon: the probe" not in out.stderr
     summary = report()
     assert summary["steps"] == 60 and summary["phases"]["forward"] > 0.05
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGHUP])
+def test_a_record_whose_monitor_died_says_it_is_partial_and_a_whole_one_never_does(tmp_path, how):
+    # issue 53: monitor SIGKILLed 5 s into a 10 s run, the training made 7,537 steps, the
+    # record held 1,395 and the report said "the record holds every step the probe made"
+    monitor = subprocess.Popen(fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "60",
+                                           "--step-ms", "50"),
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env())
+    wait_for(lambda: recorded_steps(tmp_path) >= 5, 60, "the first steps to be recorded")
+    (trainer,) = psutil.Process(monitor.pid).children()
+    monitor.send_signal(how)
+    monitor.wait(30)
+    trainer.wait(60)
+    report = subprocess.run(fastmon_cmd("report"), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            env=clean_env())
+    assert report.returncode == 0, report.stderr
+    assert re.search(r"the record lacks: the monitor ended before the training did.*steps after \d\d:\d\d:\d\d "
+                     r"are not in this record", report.stdout), report.stdout
+    assert "holds every step" not in report.stdout
+    whole = subprocess.run(fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "5", "--step-ms",
+                                       "10"), cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                           env=clean_env())
+    assert "the record holds every step the probe made (5)" in whole.stderr
