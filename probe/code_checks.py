@@ -18,6 +18,7 @@ next sample, once its event has completed: the probe never waits on the device.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import statistics
 import sys
@@ -130,6 +131,7 @@ class CodeChecksPart(Part):
 
         orig_conv_init = self._orig_conv_init
 
+        @functools.wraps(orig_conv_init)
         def conv_init(conv, *args, **kwargs):
             # where the script builds each conv (a LightningModule's __init__): a conv-bias advice's line
             orig_conv_init(conv, *args, **kwargs)
