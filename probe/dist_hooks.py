@@ -111,7 +111,7 @@ class DistPart(Part):
     def _timed_here(self) -> bool:
         """This call is the step's to time: a timed step, the training thread, or the one
         other thread while the training thread waits in its backward; not inside another
-        collective's call, nor in a graph dynamo traces."""
+        collective's call (the callers ask is_compiling first)."""
         if not self.on or not self.probe.clock.timing or getattr(self.inside, "depth", 0):
             return False
         me = threading.get_ident()

@@ -1,7 +1,9 @@
 """``time.sleep`` on the training thread, timed as ``other``: a step that sleeps is waiting
 for nothing fastmon can name (a pause, a rate limit, polling), not for its data. Without
 this, a loop without a DataLoader had its sleep taken for the time spent building its next
-batch (``data_wait``). Wrapped for the whole run; timed only in timed steps."""
+batch (``data_wait``). A sleep inside a phase (a dataset's stand-in for a slow disk, in
+``data_wait``) stays that phase's: the monitor's assembly sees it nested. Wrapped for the
+whole run; timed only in timed steps."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ class SleepPart(Part):
         part, original, clock = self, self.original, self.probe.clock
 
         def sleep(seconds):
-            if not part.on or not clock.timing or threading.get_ident() != part.main_thread or is_compiling():
+            if is_compiling() or not part.on or not clock.timing or threading.get_ident() != part.main_thread:
                 return original(seconds)
             clock.put((ENTER + OTHER, perf_counter_ns()))
             try:
