@@ -337,12 +337,12 @@ def difference_text(d: dict) -> str:
 
 
 def machine_text(m: dict) -> str:
-    return (f"{m['busier']} ran on a busier machine (other processes held {m['others_b'] if m['busier'] == 'B' else m['others_a']:.1f} "
-            f"of {m['cores']} cores vs {m['others_a'] if m['busier'] == 'B' else m['others_b']:.1f})")
+    busier, quieter = (m["others_b"], m["others_a"]) if m["busier"] == "B" else (m["others_a"], m["others_b"])
+    return f"{m['busier']} ran on a busier machine (other processes held {busier:.1f} of {m['cores']} cores vs {quieter:.1f})"
 
 
 def not_judged_for_the_machine(result: dict) -> bool:
-    """B's speed differs from A's, by no more than the busier machine could explain."""
+    """B's speed differs from A's, on machines that differed, with the step moved as a whole."""
     m = result.get("machine_differs")
     return bool(m and m["within"] and result["verdict"] != NO_CHANGE and not result["workload_differs"])
 

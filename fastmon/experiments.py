@@ -34,7 +34,7 @@ MIN_MEASURE_SECONDS = 1.0
 WARMUP_STEPS = 3
 EXTENSIONS = 3  # more windows for a trial whose interval straddles 1 ...
 PROMISING = 1.3  # ... or, for an interleaved trial whose advice estimated this much or more,
-PROMISING_EXTENSIONS = 9  # this many: the ~2x of anomaly detection off on a busy core needs ~20 pairs
+PROMISING_EXTENSIONS = 9  # this many (40 pairs in all, within MAX_TRIAL_SECONDS)
 MAX_TRIAL_SECONDS = 60.0  # ... within this much of the training's time
 # The training answers a command at its next step's end: no answer after this long and
 # this many steps means it will not come.
