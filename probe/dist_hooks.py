@@ -126,13 +126,11 @@ class DistPart(Part):
         self.inside.depth = 1
         self.probe.clock.put((ENTER + COMM, perf_counter_ns()))
 
-    def _leave(self) -> int:
-        now = perf_counter_ns()
-        self.probe.clock.put((LEAVE, now))
+    def _leave(self) -> None:
+        self.probe.clock.put((LEAVE, perf_counter_ns()))
         self.inside.depth = 0
         if self.other_thread == threading.get_ident():
             self.other_thread = 0
-        return now
 
     def _issued(self, work, args) -> None:
         """An async collective's work: remember when its issue returned, and where the work
