@@ -226,7 +226,14 @@ class Recorder:
                               "again; the training goes on")
             return
         if self.error is not None and by_table.get("steps"):  # steps written again, not just an empty batch
-            self.error = None
+            # what the record could not hold, and why, kept in it now that it can be written
+            # (the report names the full disk, not a channel behind)
+            failed, self.error = self.error, None
+            try:
+                db.execute(_INSERT["meta"], ("record_error", json.dumps(failed)))
+                db.commit()
+            except (sqlite3.Error, OSError):
+                pass  # the next write says so, as the first failure did
             self.on_error(None)
 
     def close(self) -> None:

@@ -221,6 +221,8 @@ def test_a_full_disk_loses_no_training_and_counts_every_step_not_written(tmp_pat
     summary = json.loads(out.stdout)
     assert 20 <= summary["steps"] < 400
     assert summary["dropped"] == 400 - summary["steps"] > 0
+    # the record names the full disk (issue 53: "did not reach the monitor (its channel fell behind)")
+    assert "the run file could not be written (a full disk)" in summary["record_lacks"]["why"], summary["record_lacks"]
 
 
 @pytest.mark.e2e
