@@ -18,7 +18,7 @@ from fastmon.common.verdicts import (BETWEEN_RUNS_NOISE, NO_CHANGE, NOISE, RUNS_
 
 BLOCKS = 10  # a run's steady steps in this many blocks: their spread is its noise
 BUSIER_BY = 0.3  # cores more that other processes held in B than in A: the machines differed
-SHARES_MOVED = 0.10  # ... and no phase's share of the step moved this much: the machine's doing, not the code's
+SHARES_MOVED = 0.25  # ... and no phase's share of the step moved this much: the machine's doing, not the code's
 SIBLINGS_KEPT = 6  # the latest runs of A's work whose spread is the noise between runs
 WORKLOAD = ("script", "arguments", "batch", "world_size")
 ENVIRONMENT = ("torch", "python", "fastmon", "gpus", "gpu_driver", "cpus", "host")
