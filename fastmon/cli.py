@@ -93,7 +93,7 @@ def run_parser() -> argparse.ArgumentParser:
         parents=[runs_dir_option()],
         usage="fastmon run [--headless [--status-every SECONDS]] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
               "[--every-step] [--tokens-per-sample N] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] "
-              "[--baseline RUN [--fail-if-slower PCT]] [--log-to TRACKERS] [--job-port PORT] [torchrun options] "
+              "[--baseline RUN [--fail-if-slower PCT]] [--log-to TRACKERS] [--job-port PORT [--job-addr ADDR]] [torchrun options] "
               "(SCRIPT | -m MODULE) [ARGS...]")
     parser.add_argument("--headless", action="store_true", help="no dashboard: output passes through, "
                         "a status line every few seconds on stderr, a summary at the end")
@@ -127,6 +127,9 @@ def run_parser() -> argparse.ArgumentParser:
                         help="a job of several nodes (torchrun's --nnodes): where node 0's monitor gathers the "
                              "other nodes' ranks live (default: torchrun's master port + 1; the same on every "
                              "node); the job's secret comes from FASTMON_JOB_SECRET or FASTMON_JOB_SECRET_FILE")
+    parser.add_argument("--job-addr", metavar="ADDR",
+                        help="the address node 0's job port listens on (default: the master address where it is "
+                             "this host's own and not loopback, else every interface; said at the start)")
     parser.add_argument("--baseline", metavar="RUN", help="a recorded run of the same work: at the end, this run "
                         "is compared with it (fastmon compare RUN NEW)")
     parser.add_argument("--fail-if-slower", type=percent, metavar="PCT",
@@ -272,7 +275,8 @@ def cmd_run(argv: list[str]) -> int:
                              {"batch_size"} if args.allow_batch_change else set()), runs_dir=args.runs_dir,
                          torchrun=torchrun or None, every_step=args.every_step, profile_at=args.profile_at,
                          profile_steps=args.profile_steps, log_to=tuple(args.log_to), metrics_port=args.metrics_port,
-                         job_port=args.job_port, tokens_per_sample=args.tokens_per_sample)
+                         job_port=args.job_port, job_addr=args.job_addr,
+                         tokens_per_sample=args.tokens_per_sample)
     if headless:
         code, run_dir = run_headless(options, args.status_every)
     else:

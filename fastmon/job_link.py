@@ -5,8 +5,9 @@
 Only monitors that hold the job's secret (``FASTMON_JOB_SECRET``, or the 0600 file
 ``FASTMON_JOB_SECRET_FILE`` names) talk: node 0 sends a random challenge, a node answers
 with an HMAC of it under the secret, node 0 proves itself the same way; the secret itself
-never crosses the network. Until a connection has proved it, it may send one small frame
-(``HELLO_MAX``). Each node keeps its own complete record whatever the link does.
+never crosses the network. The server under node 0's end (admission deadline, limits,
+queued writes) is ``fastmon.framed_server``'s, as the ranks' channel's. Each node keeps its
+own complete record whatever the link does.
 """
 
 from __future__ import annotations
@@ -14,18 +15,17 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
-import selectors
 import socket
 import stat
 import threading
 import time
 
-from fastmon.channel import send_to_each, stop_selecting
 from fastmon.common import wire
+from fastmon.framed_server import HELLO_MAX, FramedServer, Peer, Protocol
 
-HELLO_MAX = 4096  # bytes a connection may send before it has proved the secret
 MASTER_PORT = 29500  # torchrun's default
 LOST_AFTER = 10.0  # seconds without a word from a node: it is lost
 ALIVE_EVERY = 1.0  # a node says it is alive at least this often
@@ -107,153 +107,128 @@ def _send(conn: socket.socket, message: dict) -> None:
     conn.sendall(wire.encode(message))
 
 
-class _Peer:
-    def __init__(self, conn: socket.socket, address) -> None:
-        self.conn = conn
-        self.address = address
-        self.reader = wire.FrameReader(HELLO_MAX)
-        self.nonce = secrets.token_hex(16)
-        self.node: int | None = None
-        self.heard = time.monotonic()
-        self.ended = False
+def listen_host(master: str, given: str | None) -> tuple[str, str]:
+    """Where node 0's job port listens, and how to say it: ``given`` (--job-addr), else the
+    master address where it is one of this host's own and not loopback, else every
+    interface ("")."""
+    if given:
+        return given, f"{given} (--job-addr)"
+    try:
+        infos = socket.getaddrinfo(master, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return "", f"every interface (the master address {master} does not resolve here; --job-addr names one)"
+    for family, _, _, _, sockaddr in infos:
+        if ipaddress.ip_address(sockaddr[0].partition("%")[0]).is_loopback:
+            continue
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((sockaddr[0], 0))
+        except OSError:
+            continue  # not this host's
+        return sockaddr[0], f"the master address {master} ({sockaddr[0]})"
+    return "", f"every interface (the master address {master} is not one of this host's, or loopback; " \
+               "--job-addr names one)"
+
+
+class _NodeProtocol(Protocol):
+    """Node 0's side of the proof (challenge, answer, node 0's own answer), then a node's
+    rows and words go to ``on_message(node, message)``; a node silent for ``LOST_AFTER``
+    s is dropped and said lost."""
+
+    def __init__(self, secret: str, on_message, on_lost, on_refused) -> None:
+        self.secret = secret
+        self.on_message, self.on_lost, self.on_refused = on_message, on_lost, on_refused
+        self.nodes: dict[int, Peer] = {}
+        self.lock = threading.Lock()
+
+    def opened(self, server, peer):
+        peer.state["nonce"] = secrets.token_hex(16)
+        server.send([peer], {"t": "challenge", "nonce": peer.state["nonce"]})
+
+    def admit(self, server, peer, hello):
+        node, mac, nonce = hello.get("node"), hello.get("proof"), hello.get("nonce")
+        if (hello.get("t") != "hello" or type(node) is not int or node < 1 or not isinstance(mac, str)
+                or not isinstance(nonce, str)
+                or not hmac.compare_digest(mac, proof(self.secret, f"node{node}", peer.state["nonce"]))):
+            return None
+        old = self.nodes.get(node)
+        if old is not None and not old.closing and not old.state.get("ended"):
+            # proven, but its place holds: it may try again once the old link is seen gone
+            server.close_after_send(peer, {"t": "taken"})
+            return None
+        # queued before the node is listed: no live change can reach it ahead of its welcome
+        server.send([peer], {"t": "welcome", "proof": proof(self.secret, "node0", nonce)})
+        with self.lock:
+            self.nodes[node] = peer
+        self.on_message(node, {"t": "joined", "address": peer.address[0]})
+        return node
+
+    def heard(self, server, peer, message):
+        if message.get("t") == "end":
+            peer.state["ended"] = True
+        if message.get("t") != "alive":  # (it has done its work: ``heard``)
+            self.on_message(peer.name, message)
+        return True
+
+    def dropped(self, server, peer, refused):
+        if not peer.admitted:
+            if refused:
+                self.on_refused(peer.address[0] if isinstance(peer.address, tuple) else str(peer.address))
+        elif not peer.state.get("ended"):
+            self.on_lost(peer.name, time.time())
+
+    def tick(self, server, now):
+        for peer in [p for p in server.admitted() if now - p.heard > LOST_AFTER]:
+            server.drop(peer, refused=False)
+
+    def linked(self) -> list[Peer]:
+        with self.lock:
+            return [p for p in self.nodes.values() if not p.closing and not p.state.get("ended")]
 
 
 class JobServer:
     """Node 0's end: proves and admits the other nodes' monitors, hands their messages to
-    ``on_message(node, message)``, says a node lost with ``on_lost(node, when)``."""
+    ``on_message(node, message)``, says a node lost with ``on_lost(node, when)`` and a
+    connection refused with ``on_refused(host)``."""
 
-    def __init__(self, secret: str, port: int, on_message, on_lost, on_refused) -> None:
-        self._secret = secret
-        self._on_message, self._on_lost, self._on_refused = on_message, on_lost, on_refused
-        self._server = socket.create_server(("", port), backlog=16)
-        self._server.setblocking(False)
-        self.port = self._server.getsockname()[1]
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._server, selectors.EVENT_READ)
-        self._nodes: dict[int, _Peer] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fastmon-job-server", daemon=True)
-        self.refused = 0  # connections that did not prove the secret, or sent what no node sends
+    def __init__(self, secret: str, host: str, port: int, on_message, on_lost, on_refused) -> None:
+        self._nodes = _NodeProtocol(secret, on_message, on_lost, on_refused)
+        listener = socket.create_server((host, port), backlog=128)
+        self.port = listener.getsockname()[1]
+        self._server = FramedServer(listener, self._nodes, "fastmon-job-server")
+
+    @property
+    def refused(self) -> int:
+        """Connections that did not prove the secret in time, or sent what no node sends."""
+        return self._server.refused
 
     def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for key, _ in self._selector.select(timeout=0.2):
-                try:
-                    if key.fileobj is self._server:
-                        self._accept()
-                    else:
-                        self._read(key.data)
-                except Exception:  # never the end of the server: that connection goes
-                    self._drop(key.data, refused=True)
-            now = time.monotonic()
-            for peer in [p for p in self._peers() if p.node is not None and now - p.heard > LOST_AFTER]:
-                self._drop(peer)
-
-    def _peers(self) -> list[_Peer]:
-        return [key.data for key in self._selector.get_map().values() if key.data is not None]
-
-    def _accept(self) -> None:
-        try:
-            conn, address = self._server.accept()
-        except BlockingIOError:
-            return
-        conn.settimeout(5.0)  # a node that stops reading is dropped, never waited for
-        peer = _Peer(conn, address)
-        self._selector.register(conn, selectors.EVENT_READ, data=peer)
-        try:
-            _send(conn, {"t": "challenge", "nonce": peer.nonce})
-        except OSError:
-            self._drop(peer, refused=True)
-
-    def _read(self, peer: _Peer) -> None:
-        try:
-            data = peer.conn.recv(1 << 20 if peer.node is not None else HELLO_MAX)
-        except OSError:
-            data = b""
-        if not data:
-            self._drop(peer, refused=peer.node is None)
-            return
-        try:
-            messages = peer.reader.feed(data)
-        except (ValueError, UnicodeDecodeError):
-            self._drop(peer, refused=True)
-            return
-        peer.heard = time.monotonic()
-        for message in messages:
-            if peer.node is None:
-                answer = self._admit(peer, message)
-                if answer != "welcome":
-                    self._drop(peer, refused=answer == "refused")
-                    return
-                messages += peer.reader.feed(b"")
-                continue
-            if message.get("t") == "end":
-                peer.ended = True
-            if message.get("t") != "alive":  # (it has done its work: ``heard``)
-                self._on_message(peer.node, message)
-
-    def _admit(self, peer: _Peer, hello: dict) -> str:
-        """welcome, refused (no proof of the secret), or taken (that node is linked)."""
-        node, mac, nonce = hello.get("node"), hello.get("proof"), hello.get("nonce")
-        if (hello.get("t") != "hello" or type(node) is not int or node < 1 or not isinstance(mac, str)
-                or not isinstance(nonce, str) or not hmac.compare_digest(mac, proof(self._secret, f"node{node}",
-                                                                                   peer.nonce))):
-            return "refused"
-        with self._lock:
-            old = self._nodes.get(node)
-            taken = old is not None and old.conn.fileno() != -1 and not old.ended
-            if not taken:
-                self._nodes[node] = peer
-        if taken:  # proven, but its place holds: it may try again once the old link is seen gone
-            _send(peer.conn, {"t": "taken"})
-            return "taken"
-        _send(peer.conn, {"t": "welcome", "proof": proof(self._secret, "node0", nonce)})
-        peer.node = node
-        peer.reader.max_frame = wire.MAX_FRAME
-        self._on_message(node, {"t": "joined", "address": peer.address[0]})
-        return "welcome"
-
-    def _drop(self, peer: _Peer | None, refused: bool = False) -> None:
-        if peer is None:
-            return
-        try:
-            self._selector.unregister(peer.conn)
-        except (KeyError, ValueError):
-            return
-        peer.conn.close()
-        if refused and peer.node is None:
-            self.refused += 1
-            self._on_refused(peer.address[0])
-        elif peer.node is not None and not peer.ended:
-            self._on_lost(peer.node, time.time())
+        self._server.start()
 
     def nodes(self) -> list[int]:
-        with self._lock:
-            return sorted(n for n, p in self._nodes.items() if p.conn.fileno() != -1 and not p.ended)
+        return sorted(peer.name for peer in self._nodes.linked())
 
     def send(self, message: dict) -> int:
-        """Send to every node connected; returns how many it reached."""
-        frame = wire.encode(message)
-        with self._lock:
-            peers = [p for p in self._nodes.values() if p.conn.fileno() != -1 and not p.ended]
-        return send_to_each([peer.conn for peer in peers], frame)
+        """Queue for every node linked; returns how many it was queued for."""
+        return self._server.send(self._nodes.linked(), message)
 
     def close(self) -> None:
-        stop_selecting(self._stop, self._thread, self._selector)
+        self._server.close()
+
+
+class _Refused(Exception):
+    """Node 0 did not take this node's proof (the job secrets differ)."""
 
 
 class NodeClient:
-    """A node's end (node ≥ 1): reaches node 0's monitor (retrying until it answers), proves
-    the secret, streams what ``put`` is given, hands node 0's messages to ``on_message``."""
+    """A node's end (node ≥ 1): reaches node 0's monitor (retrying, whatever failed, until the
+    job ends), proves the secret, streams what ``put`` is given, hands node 0's messages to
+    ``on_message``."""
 
     def __init__(self, address: tuple[str, int], node: int, secret: str, on_message, say) -> None:
         self.address, self.node = address, node
         self._secret, self._on_message, self._say = secret, on_message, say
-        self._pending: collections.deque = collections.deque()
+        self._pending: collections.deque = collections.deque()  # frames' messages, oldest first
         self._pending_rows = 0
         self.unsent_rows = 0  # rows left out while node 0 could not be reached for long
         self._lock = threading.Lock()
@@ -263,7 +238,7 @@ class NodeClient:
         self.connected = False
         self.ever_connected = False
         self.rows_sent = 0
-        self.refused = False  # node 0 did not take this node's proof: the secrets differ
+        self.refused = False  # node 0 did not take this node's proof when last tried: the secrets differ
         self._told: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="fastmon-node-link", daemon=True)
 
@@ -272,10 +247,13 @@ class NodeClient:
 
     def put(self, message: dict) -> None:
         with self._lock:
-            self._pending.append(message)
-            self._pending_rows += len(message.get("rows") or ())
-            while self._pending_rows > PENDING_ROWS and self._pending[0].get("rows"):
-                left_out = self._pending.popleft()
+            for part in _split_rows(message):  # a frame each: one sent is sent whole, or not at all
+                self._pending.append(part)
+                self._pending_rows += len(part.get("rows") or ())
+            while self._pending_rows > PENDING_ROWS:
+                oldest = next(i for i, m in enumerate(self._pending) if m.get("rows"))
+                left_out = self._pending[oldest]
+                del self._pending[oldest]  # (the words between rows stay: the end, a node's bye)
                 self._pending_rows -= len(left_out["rows"])
                 self.unsent_rows += len(left_out["rows"])
         self._wake.set()
@@ -297,37 +275,43 @@ class NodeClient:
 
     def _run(self) -> None:
         where = f"{self.address[0]}:{self.address[1]}"
-        while not self._stop.is_set() and not self.refused:
+        while not self._stop.is_set():
             try:
                 conn = self._connect()
-            except OSError as exc:
-                if self._ending:
-                    return  # node 0 was never reached: this node's record has it all
-                self._tell_once("unreached", f"node 0's monitor at {where} not reached yet ({exc.strerror or exc}); "
-                                f"retrying every {RETRY_EVERY:g} s (node 0 needs the job's secret too, and it "
-                                "listens at the master port + 1 unless --job-port, the same on every node, says "
-                                "otherwise); this node's record is kept whatever happens")
-                self._stop.wait(RETRY_EVERY)
-                continue
-            if conn is None:
+            except _Refused:
                 self.refused = True
-                self._say(f"node 0's monitor at {where} refused this node's proof (the job secrets differ, or "
-                          f"node {self.node} is connected already): this node's ranks are in its own record only")
-                return
-            self.connected = self.ever_connected = True
-            self._tell_once("joined", f"streaming this node's ranks to node 0's monitor at {where}")
-            try:
-                if self._stream(conn):
+                self._tell_once("refused", f"node 0's monitor at {where} refused this node's proof (the job "
+                                "secrets differ): retrying until the job ends; meanwhile this node's ranks are in "
+                                "its own record only")
+            except Exception as exc:  # whatever answers there (a squatter, a restart): try again
+                self._tell_once(type(exc).__name__, f"node 0's monitor at {where} not reached ({_why(exc)}); "
+                                f"retrying every {RETRY_EVERY:g} s until the job ends (node 0 needs the job's "
+                                "secret too, and it listens at the master port + 1 unless --job-port, the same on "
+                                "every node, says otherwise); this node's record is kept whatever happens")
+            else:
+                self.refused = False
+                if self._stream_until_broken(conn, where):
                     return
-            except OSError as exc:
-                self._say(f"the link to node 0's monitor broke ({exc.strerror or exc}); reconnecting")
-            finally:
-                self.connected = False
-                conn.close()
+            if self._ending:
+                return  # node 0 is not there at the end: this node's record has it all
             self._stop.wait(RETRY_EVERY)
 
-    def _connect(self) -> socket.socket | None:
-        """A proven connection to node 0; None where node 0 refused the proof."""
+    def _stream_until_broken(self, conn: socket.socket, where: str) -> bool:
+        """Stream on ``conn``; True at the end, False once it broke (said once per cause)."""
+        self.connected = self.ever_connected = True
+        self._tell_once("joined", f"streaming this node's ranks to node 0's monitor at {where}")
+        try:
+            return self._stream(conn)
+        except Exception as exc:
+            self._tell_once(f"broke {type(exc).__name__}", f"the link to node 0's monitor broke ({_why(exc)}); "
+                            "reconnecting (said once)")
+            return False
+        finally:
+            self.connected = False
+            conn.close()
+
+    def _connect(self) -> socket.socket:
+        """A proven connection to node 0."""
         conn = socket.create_connection(self.address, timeout=5.0)
         try:
             reader = wire.FrameReader(HELLO_MAX)
@@ -335,20 +319,18 @@ class NodeClient:
             nonce = secrets.token_hex(16)
             _send(conn, {"t": "hello", "node": self.node, "nonce": nonce,
                          "proof": proof(self._secret, f"node{self.node}", str(challenge.get("nonce")))})
-            welcome = self._receive(conn, reader)
-        except ConnectionError:
+            try:
+                welcome = self._receive(conn, reader)
+            except ConnectionError:
+                raise _Refused() from None  # closed on the proof: the secrets differ
+            if welcome.get("t") == "taken":
+                raise OSError(f"node {self.node}'s earlier link is still open there")
+            if welcome.get("t") != "welcome" or not hmac.compare_digest(str(welcome.get("proof")),
+                                                                         proof(self._secret, "node0", nonce)):
+                raise _Refused()
+        except BaseException:
             conn.close()
-            return None  # closed on the proof: the secrets differ
-        except (OSError, ValueError):
-            conn.close()
-            raise OSError("node 0's monitor did not answer as one")
-        if welcome.get("t") == "taken":
-            conn.close()
-            raise OSError(f"node {self.node}'s earlier link is still open there")
-        if welcome.get("t") != "welcome" or not hmac.compare_digest(str(welcome.get("proof")),
-                                                                     proof(self._secret, "node0", nonce)):
-            conn.close()
-            return None
+            raise
         conn.settimeout(0.2)
         return conn
 
@@ -363,44 +345,55 @@ class NodeClient:
                 raise ConnectionResetError("closed")
             messages = reader.feed(data)
             if messages:
+                if not isinstance(messages[0], dict):
+                    raise ValueError("not a fastmon frame")
                 return messages[0]
 
     def _stream(self, conn: socket.socket) -> bool:
-        """Send until the end (True) or until the connection breaks (OSError)."""
+        """Send until the end (True) or until the connection breaks (raises). A message is
+        taken off the queue to be sent and put back at its front if the sending fails."""
         reader = wire.FrameReader()
         last_sent = 0.0
         while not self._stop.is_set():
             with self._lock:
-                batch = list(self._pending)
-            if batch:
+                message = self._pending.popleft() if self._pending else None
+                rows = len(message.get("rows") or ()) if message else 0
+                self._pending_rows -= rows
+            if message is not None:
                 conn.settimeout(5.0)
-                for message in batch:
-                    for part in _split_rows(message):
-                        conn.sendall(wire.encode(part))
+                try:
+                    conn.sendall(wire.encode(message))
+                except BaseException:
                     with self._lock:
-                        self._pending.popleft()
-                        self._pending_rows -= len(message.get("rows") or ())
-                    self.rows_sent += len(message.get("rows") or ())
-                    last_sent = time.monotonic()
-                    if message.get("t") == "end":
-                        return True
+                        self._pending.appendleft(message)
+                        self._pending_rows += rows
+                    raise
                 conn.settimeout(0.2)
+                self.rows_sent += rows
+                last_sent = time.monotonic()
+                if message.get("t") == "end":
+                    return True
             elif time.monotonic() - last_sent >= ALIVE_EVERY:
                 conn.settimeout(5.0)
                 _send(conn, {"t": "alive"})
                 conn.settimeout(0.2)
                 last_sent = time.monotonic()
             try:
-                data = conn.recv(1 << 16)
-            except socket.timeout:
+                data = conn.recv(1 << 16, socket.MSG_DONTWAIT) if self._pending else conn.recv(1 << 16)
+            except (socket.timeout, BlockingIOError):
                 data = None
             if data == b"":
                 raise ConnectionResetError("node 0's monitor closed the link")
-            for message in reader.feed(data) if data else ():
-                self._on_message(message)
-            self._wake.wait(0.0 if self._pending else 0.2)
-            self._wake.clear()
+            for received in reader.feed(data) if data else ():
+                self._on_message(received)
+            if not self._pending:
+                self._wake.wait(0.2)
+                self._wake.clear()
         return True
+
+
+def _why(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
 def _split_rows(message: dict):

@@ -1,15 +1,19 @@
 """``--log-to prometheus``: the run's live figures at ``/metrics``, for the cluster's own
-Prometheus (and Grafana), through ``prometheus_client``. Each scrape reads the session's
-published view, which nothing changes once published: the HTTP thread takes no lock and
-never touches the state the monitor's owner thread changes. README "Prometheus" lists
+Prometheus (and Grafana), through ``prometheus_client``, rendered at most once a second
+(``RENDER_EVERY``) and served from that. A rendering reads the session's
+published view, which nothing changes once published: the HTTP threads take none of the
+session's locks and never touch the state the monitor's owner thread changes. README "Prometheus" lists
 the metrics."""
 
 from __future__ import annotations
 
 import errno
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from fastmon.advisor import Window, recent
@@ -18,6 +22,7 @@ from fastmon.common.verdicts import kept_faster, params_text
 from fastmon.summary import busy_during, current_rows, judge, rank_table, window_summary
 
 RECENT_STEPS = 200  # the steps the phase shares and the verdict are of: the run as it is now
+RENDER_EVERY = 1.0  # seconds: /metrics is rendered at most this often, and served from that
 LABELS = ("run", "node", "rank")
 
 
@@ -99,18 +104,61 @@ class Metrics:
         return kept
 
 
+class _Rendered:
+    """The registry's text, rendered at most once every ``RENDER_EVERY`` s however often it
+    is scraped: a scrape flood costs the monitor a copy, not a collection each."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+        self._lock = threading.Lock()
+        self._text = b""
+        self._at = -RENDER_EVERY
+
+    def text(self) -> bytes:
+        with self._lock:
+            if time.monotonic() - self._at >= RENDER_EVERY:
+                self._text = generate_latest(self._registry)
+                self._at = time.monotonic()
+            return self._text
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path.partition("?")[0] not in ("/metrics", "/"):
+            self.send_error(404)
+            return
+        body = self.server.rendered.text()
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args) -> None:
+        pass  # a scrape is not the monitor's news
+
+
+def _listen(port: int, rendered: _Rendered) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("", port), _MetricsHandler)
+    server.daemon_threads = True
+    server.rendered = rendered
+    threading.Thread(target=server.serve_forever, name="fastmon-metrics", daemon=True).start()
+    return server
+
+
 def serve(view_of: Callable, run: str, node: str, port: int,
           own: Callable = lambda rank: True) -> tuple[object, int, str | None]:
     """Serve /metrics on ``port`` (0: a free one); a port taken gives a free one and a note.
     Returns (the server, the port it listens on, the note or None)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Metrics(view_of, run, node, own))
+    rendered = _Rendered(registry)
     note = None
     try:
-        server, _ = start_http_server(port, registry=registry)
+        server = _listen(port, rendered)
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise
-        server, _ = start_http_server(0, registry=registry)
+        server = _listen(0, rendered)
         note = f"port {port} is taken (another run?)"
     return server, server.server_address[1], note

@@ -37,7 +37,8 @@ from fastmon.common.step_events import StepAssembler
 from fastmon.common.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.common.wire import SEND_EVERY
 from fastmon.experiments import EPOCHS_MEASURED, ExperimentRunner, LoaderFigures, last_epoch_measured
-from fastmon.job_link import JobServer, NodeClient, NoSecret, job_nodes, job_secret, node0_address, node_rank
+from fastmon.job_link import (JobServer, NodeClient, NoSecret, job_nodes, job_secret, listen_host, node0_address,
+                              node_rank)
 from fastmon.live_state import LiveState, LiveView, RankState
 from fastmon.loggers import LOG_EVERY, METRICS_PORT, TrackerLog
 from fastmon.printed_loss import printed_losses
@@ -82,6 +83,7 @@ class RunOptions:
     log_to: tuple[str, ...] = ()  # experiment trackers fastmon's figures go to (fastmon.loggers)
     metrics_port: int = METRICS_PORT  # --log-to prometheus: where /metrics is served
     job_port: int | None = None  # a multi-node job: where node 0's monitor listens (default master port + 1)
+    job_addr: str | None = None  # and on which address (default: job_link.listen_host)
     tokens_per_sample: int | None = None  # where the model's inputs hold no token ids fastmon finds (docs/sharded.md)
     python: str = sys.executable
 
@@ -125,6 +127,7 @@ class Session:
         self.nodes: dict[int, dict] = {}  # node 0: each other node's ranks and link, as seen
         self._rank_nodes: dict[int, int] = {}  # node 0: rank -> the node whose monitor sends it
         self._link_rejected = 0  # rows another node sent for a rank not its own
+        self._link_refusals = 0  # connections to the job port refused, as the owner thread has heard
         self._terminations = 0  # SIGTERMs passed on
         self._ctrl_c_ignored = False
 
@@ -237,9 +240,10 @@ class Session:
             self._notice(f"node {node} follows node 0: live changes come from node 0's monitor, this one "
                          "advises and applies none")
             return
+        host, where = listen_host(address[0], self.options.job_addr)
         try:
             self.job_server = JobServer(
-                secret, address[1], lambda n, message: self._owner.post(self._take_node_message, n, message),
+                secret, host, address[1], lambda n, message: self._owner.post(self._take_node_message, n, message),
                 lambda n, when: self._owner.post(self._node_lost, n, when),
                 lambda host: self._owner.post(self._link_refused, host))
         except OSError as exc:
@@ -248,7 +252,8 @@ class Session:
             return
         self.job_server.start()
         self._owner.post(self._state.facts.__setitem__, "job_nodes", job_nodes(torchrun))  # for the status line
-        self._notice(f"node 0: the other nodes' monitors stream their ranks to port {self.job_server.port}")
+        self._notice(f"node 0: the other nodes' monitors stream their ranks to port {self.job_server.port} "
+                     f"on {where}")
 
     def _record_error(self, message: str | None) -> None:
         """The run file cannot be written (a full disk), or can again (None)."""
@@ -419,7 +424,8 @@ class Session:
         self._notice(node_lost_line(node, when, last))
 
     def _link_refused(self, host: str) -> None:
-        if self.job_server.refused == 1:
+        self._link_refusals += 1  # counted here: the server's own count may be past 1 when this runs
+        if self._link_refusals == 1:
             self._notice(f"a connection from {host} to the job's link did not prove the job's secret: refused "
                          "(the record counts every one)")
 

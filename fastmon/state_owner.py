@@ -45,7 +45,8 @@ class StateOwner:
 
     def ask(self, work: Callable, *args, timeout: float = ASK_TIMEOUT_S):
         """Run ``work(*args)`` on the owner's thread and return what it returns, once the
-        view shows its effect. Raises Busy if that does not happen within ``timeout``."""
+        view shows its effect. Raises Busy if it has not started within ``timeout``: it then
+        never runs, so the asker may ask again."""
         if threading.current_thread() is self._thread or not self._thread.is_alive():
             # from the owner's own work, or before it starts / after it stops: no other writer then
             result = work(*args)
@@ -56,7 +57,9 @@ class StateOwner:
         try:
             return future.result(timeout)
         except TimeoutError as exc:
-            raise Busy(f"{getattr(work, '__name__', 'work')} was not run within {timeout:.0f} s") from exc
+            if future.cancel():  # not started: it never will be (the asker may try again)
+                raise Busy(f"{getattr(work, '__name__', 'work')} was not run within {timeout:.0f} s") from exc
+        return future.result()  # it has started: what it does is what the asker must hear
 
     def stop(self) -> None:
         """Run what was posted so far, publish, and end the thread."""
@@ -97,6 +100,8 @@ class StateOwner:
         return max(min(waits), 0.0) if waits else None
 
     def _do(self, work, args, future) -> None:
+        if future is not None and not future.set_running_or_notify_cancel():
+            return  # its asker was answered "busy"
         try:
             result = work(*args)
         except Exception as exc:  # never the owner's end: the work is reported and dropped

@@ -202,3 +202,19 @@ async def test_the_dashboard_shows_ranks_side_by_side_and_names_the_straggler(ru
         assert "rank 0:" in ranks and "rank 1:" in ranks
         assert "straggler: rank 1" in ranks
         await pilot.press("q")
+
+
+@pytest.mark.e2e
+def test_compiled_ddp_on_two_ranks_runs_unchanged_and_counts_its_flops(run_fastmon, report, tmp_path):
+    # torch.compile(DDP(model)): the FLOP count's shape pass must not run DDP's forward
+    # on meta tensors, nor break the compiled graph
+    out = run_fastmon("run", "--headless", "--nproc-per-node", "2", DDP, "--compile", "--epochs", "1",
+                      "--steps-per-epoch", "30", timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "rank 0 done 30 steps" in out.stdout and "rank 1 done 30 steps" in out.stdout
+    (run,) = (tmp_path / "fastmon-runs").iterdir()
+    summary = report(run)
+    assert summary["steps"] == 30 and summary["probe_faults"] == []
+    # 16 samples through Linear(32, 64) and Linear(64, 1): forward, weight grads, and the
+    # second layer's input grad (the first needs none)
+    assert summary["compute"]["flops_per_step"] == 2 * 16 * (32 * 64 + 64) * 2 + 2 * 16 * 64

@@ -234,7 +234,7 @@ def test_the_secret_comes_from_a_file_only_its_owner_may_read(tmp_path):
 
 def test_only_a_node_that_proves_the_secret_is_heard(tmp_path):
     heard, lost, refused = [], [], []
-    server = JobServer(SECRET, 0, lambda node, m: heard.append((node, m)), lambda node, when: lost.append(node),
+    server = JobServer(SECRET, "127.0.0.1", 0, lambda node, m: heard.append((node, m)), lambda node, when: lost.append(node),
                        refused.append)
     server.start()
     try:

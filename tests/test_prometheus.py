@@ -146,3 +146,28 @@ def test_the_cluster_recipe_runs_two_nodes_on_one_machine(tmp_path):
     gathered = subprocess.run(fastmon_cmd("report", runs[0], "--json"), cwd=tmp_path, capture_output=True, text=True,
                               env=clean_env(), timeout=60)
     assert [(r["rank"], r["steps"]) for r in json.loads(gathered.stdout)["ranks"]] == [(0, 80), (1, 80)]
+
+
+def test_a_scrape_flood_renders_the_metrics_once_a_second_at_most(monkeypatch):
+    from fastmon import prometheus
+
+    collected = []
+
+    class Counting(prometheus.Metrics):
+        def collect(self):
+            collected.append(time.monotonic())
+            return iter(())
+
+    monkeypatch.setattr(prometheus, "Metrics", Counting)
+    server, port, _ = prometheus.serve(lambda: None, "run", "0", 0)
+    try:
+        start = time.monotonic()
+        scrapes = 0
+        while time.monotonic() - start < 2.5:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+            scrapes += 1
+        assert scrapes > 20 and len(collected) <= 3  # at 0 s, 1 s and 2 s
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).status == 200
+    finally:
+        server.shutdown()
+        server.server_close()

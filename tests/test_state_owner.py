@@ -65,13 +65,15 @@ def test_failing_work_is_reported_and_the_owner_goes_on():
     assert not owner.running
 
 
-def test_a_command_the_owner_cannot_reach_in_time_says_busy():
+def test_a_command_answered_busy_is_never_run_later():
+    ran = []
     owner = StateOwner(lambda: None, lambda work, exc: None)
     owner.start()
     owner.post(time.sleep, 1.0)
     with pytest.raises(Busy):
-        owner.ask(lambda: None, timeout=0.1)
+        owner.ask(ran.append, "apply", timeout=0.1)  # the user is told to try again...
     owner.stop()
+    assert ran == []  # ...so it must not also run once the owner gets to it
 
 
 def test_stop_takes_what_was_posted_and_nothing_after():

@@ -1,5 +1,6 @@
 """DDP on CPU (gloo). --slow-rank R sleeps --slow-ms in R's data loading, --every-rank-ms
-sleeps that long in every rank's batch; --die-rank R kills itself (SIGKILL) at step --die-step."""
+sleeps that long in every rank's batch; --die-rank R kills itself (SIGKILL) at step --die-step;
+--compile runs torch.compile(DDP(model))."""
 import argparse
 import os
 import signal
@@ -21,6 +22,7 @@ parser.add_argument("--slow-ms", type=float, default=15.0)
 parser.add_argument("--every-rank-ms", type=float, default=0.0)
 parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-step", type=int, default=20)
+parser.add_argument("--compile", action="store_true")  # torch.compile(DDP(model))
 parser.add_argument("--pause-at-end", type=float, default=0.0)  # seconds after the last step, before the exit
 args = parser.parse_args()
 
@@ -50,6 +52,8 @@ sampler = DistributedSampler(Data())
 loader = DataLoader(Data(), batch_size=16, sampler=sampler, collate_fn=collate)
 model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+if args.compile:
+    model = torch.compile(model)
 step = 0
 for epoch in range(args.epochs):
     sampler.set_epoch(epoch)
