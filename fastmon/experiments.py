@@ -11,8 +11,8 @@ the measurement says. Three ways of measuring, by what the change costs to switc
 
 A trial that cannot decide is extended by up to ``EXTENSIONS`` windows (an interleaved
 trial the advice expects much of, ``PROMISING``: ``PROMISING_EXTENSIONS``, its interval
-widened for each look), then concluded "no measurable change". README "How a live change
-is measured" has the why of each.
+widened for each look), then concluded "no measurable change". docs/live-trials.md "How a
+live change is measured" has the why of each.
 """
 
 from __future__ import annotations

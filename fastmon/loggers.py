@@ -1,7 +1,7 @@
 """``fastmon run --log-to``: fastmon's step figures written, from the monitor's own thread,
 into the experiment trackers the script already uses: TensorBoard, W&B, MLflow. A
-tracker's package is imported only when asked for; README "Sending figures to TensorBoard,
-W&B, MLflow" says where each one's figures land, and why."""
+tracker's package is imported only when asked for; docs/integrations.md "Sending figures
+to TensorBoard, W&B, MLflow" says where each one's figures land, and why."""
 
 from __future__ import annotations
 

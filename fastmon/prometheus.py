@@ -1,9 +1,9 @@
 """``--log-to prometheus``: the run's live figures at ``/metrics``, for the cluster's own
 Prometheus (and Grafana), through ``prometheus_client``, rendered at most once a second
-(``RENDER_EVERY``) and served from that. A rendering reads the session's
-published view, which nothing changes once published: the HTTP threads take none of the
-session's locks and never touch the state the monitor's owner thread changes. README "Prometheus" lists
-the metrics."""
+(``RENDER_EVERY``) and served from that. A rendering reads the session's published view,
+which nothing changes once published: the HTTP threads take none of the session's locks
+and never touch the state the monitor's owner thread changes. docs/integrations.md
+"Prometheus" lists the metrics."""
 
 from __future__ import annotations
 

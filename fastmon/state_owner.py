@@ -1,7 +1,7 @@
 """The one thread that changes the monitor's state. The channel, the output pumps, the
 samplers and the screens' commands post work to it; it runs that work in order, its own
 timed work (the advisor) between, and publishes an immutable view for the screens.
-Nothing else writes the state, so no lock guards it (ARCHITECTURE.md, "One owner")."""
+Nothing else writes the state, so no lock guards it (ARCHITECTURE.md, "One owner for the monitor's state")."""
 
 from __future__ import annotations
 

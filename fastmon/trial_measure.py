@@ -1,7 +1,7 @@
 """How a live change is measured, from the recorded steps alone: a window's rate (its
 samples over its wall time, plus the DataLoader start-ups it accounts), and an
-interleaved trial's blocks, paired. Pure: step rows in, figures out; README "How a live
-change is measured" says why each choice."""
+interleaved trial's blocks, paired. Pure: step rows in, figures out; docs/live-trials.md
+"How a live change is measured" says why each choice."""
 
 from __future__ import annotations
 

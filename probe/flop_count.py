@@ -8,7 +8,7 @@ runs slower (each operator passes through Python) and is left out of the steady 
 Not torch's ``FlopCounterMode`` itself: its module tracker installs global module hooks
 (torch.compile then warns on the user's screen) and it decomposes operators it has no
 formula for, which runs other kernels. A compiled model's kernels never reach a dispatch
-mode: its eager code is counted on shapes alone (``shape_count``). See README "FLOPs and MFU".
+mode: its eager code is counted on shapes alone (``shape_count``). See docs/measures.md "FLOPs, MFU and what bounds the run".
 """
 
 from __future__ import annotations

@@ -601,3 +601,25 @@ def test_one_late_timed_step_names_no_straggler_and_a_verdict_from_few_says_so()
     assert bound_of(ranks[1], None, False)[1].endswith("its phases rest on few timed steps (--every-step times each one)")
     every = window_summary(Window.from_rows(rows(n=400)))
     assert every["timed_effective"] == 400 and "few timed" not in bound_of(every, None, False)[1]
+
+
+def test_the_worked_example_rule_in_architecture_runs_as_written():
+    import re
+    import sys
+    import types
+    from pathlib import Path
+
+    from fastmon.advisor.types import Permanent
+
+    text = (Path(__file__).resolve().parent.parent / "ARCHITECTURE.md").read_text()
+    section = text.split("\n## Adding a rule, a worked example\n", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    rule = types.ModuleType("fastmon.advisor.rules.tf32_compiled")
+    exec(compile(code, "ARCHITECTURE.md", "exec"), rule.__dict__)
+    sys.modules.pop(rule.__name__, None)
+    compiled = facts(env=GPU_ENV, models=[MLP_GPU], compile={"calls": 1})
+    advice = rule.check(Window.from_rows(rows()), compiled)
+    assert advice.id == "tf32.compiled" and advice.apply.changes_maths
+    assert rule.check(Window.from_rows(rows()), facts(env=GPU_ENV, models=[MLP_GPU])) is None  # not compiled
+    kept = rule.permanent(advice.apply.params, compiled)
+    assert isinstance(kept, Permanent) and "set_float32_matmul_precision" in kept.code

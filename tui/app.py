@@ -45,7 +45,7 @@ SHORT_HEIGHT = 36
 TINY_HEIGHT = 28
 SPAWN_NOTE_S = 30  # seconds on screen: it explains an empty dashboard
 # Where the left column's panels sit, top to bottom: the modules in widgets/, each with its
-# ``PANEL``. A new panel is its module and its name here (ARCHITECTURE.md, "A new panel").
+# ``PANEL``. A new panel is its module and its name here (ARCHITECTURE.md, "A new panel, a worked example").
 LEFT = ("step_breakdown", "shares_bar", "gpu_line")
 BESIDE = ("gpu_panel", "host_panel")  # side by side under them, where there is room
 

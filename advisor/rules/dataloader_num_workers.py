@@ -70,7 +70,7 @@ def predicted_gain(window, total: float, startup: float, current: int, workers: 
     loading beside the step (timm ``-j 1`` with 0.8 of 2 cores spare: 1.12-1.34x measured).
     Loading that is CPU work gains nothing without a spare core: a worker there slows every
     parallel op of torch's, which waits for its slowest thread. (Not counted: torch's compute as CPU to share. Its time under a busy
-    core is mostly its threads waiting to be scheduled, not work: see README *Limits*.)"""
+    core is mostly its threads waiting to be scheduled, not work: see docs/limits.md.)"""
     steps = window.steps
     wait = (window.phase_totals["data_wait"] - startup) / steps
     compute = total / steps - wait

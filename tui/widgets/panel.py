@@ -9,7 +9,7 @@ class Panel:
     ``show(snap)``, which draws it. The app calls ``show`` on every mounted panel whose
     signature changed since it last drew, inside one batch update. ``panel_id`` is its
     CSS id. Where it sits is one entry in ``fastmon.tui.app``'s ``LEFT`` or ``BESIDE``:
-    its module's name, whose ``PANEL`` is the class (ARCHITECTURE.md, "A new panel")."""
+    its module's name, whose ``PANEL`` is the class (ARCHITECTURE.md, "A new panel, a worked example")."""
 
     panel_id = ""
 
