@@ -11,7 +11,7 @@ with the script and a relay passes the helper's later output on.
 from __future__ import annotations
 
 import codecs
-import errno
+import collections
 import os
 import select
 import subprocess
@@ -26,7 +26,8 @@ EXIT_GRACE_S = 0.5  # after the script's exit, quiet pipes this long are held by
 EXIT_WAIT_MAX_S = 5.0  # ... and a helper that never stops writing holds fastmon no longer
 POLL_S = 0.1  # how soon a pump sees the script's exit or the trainer's answer
 SAY_WAIT_S = 0.5  # fastmon's own line waits this long at most for the script's chunk being written
-NO_SPLICE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)  # a file system without splice: read and write
+RECORD_WAIT_S = 0.05  # a chunk waits this long at most for output.log's writer before it passes on
+RECORD_BACKLOG = 64 * 2**20  # bytes held for a stalled output.log; past them a chunk is only passed on
 # Copies its stdin to its stdout until the writers are gone: python's own, as a helper
 # would have written to the terminal directly.
 RELAY = ("import os\n"
@@ -46,12 +47,8 @@ class ScriptOutput:
         self.on_text = on_text
         self.ask_to_close = ask_to_close
         self.on_error = on_error or (lambda message: None)  # said once: output.log cannot be written
-        self.kept = self.dropped = 0  # bytes recorded, and bytes past the bound or unwritable
-        self.write_error: str | None = None  # why output.log stopped taking the output (a full disk)
-        # Not O_APPEND: splice(2) refuses such a file; the pumps keep the offset (_take).
         self.path = run_dir / OUTPUT_LOG
-        self.log = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        self.lock = threading.Lock()  # the two pumps share output.log's offset
+        self._log = LogWriter(self.path, self._unwritable)
         # Whether what the script last printed to the terminal ended its line: a progress
         # bar (tqdm) does not, and a status line written after it must start a new one.
         self.line_ended = True
@@ -101,15 +98,20 @@ class ScriptOutput:
         for thread in self._pumps.values():
             thread.join(timeout=EXIT_GRACE_S)
 
+    @property
+    def kept(self) -> int:
+        return self._log.written
+
+    @property
+    def write_error(self) -> str | None:
+        return self._log.error
+
     def close(self) -> dict:
         """Close output.log; what it holds and what went past its bound, for the record."""
-        with self.lock:
-            if self.log >= 0:
-                os.close(self.log)
-                self.log = -1
-        out = {"kept_bytes": self.kept, "dropped_bytes": self.dropped}
-        if self.write_error:
-            out["write_error"] = self.write_error
+        self._log.close()
+        out = {"kept_bytes": self._log.written, "dropped_bytes": self._log.dropped}
+        if self._log.error:
+            out["write_error"] = self._log.error
         return out
 
     def _pump(self, stream: str, fd: int) -> None:
@@ -150,57 +152,28 @@ class ScriptOutput:
 
     def _take(self, fd: int, timeout: float) -> tuple[bytes, bool] | None:
         """The next chunk of a stream and whether it is recorded (b"" if none came within
-        ``timeout``); None at its end. Up to OUTPUT_KEPT bytes are recorded, each moved
-        from the pipe into output.log by the kernel (splice) before it is read back: there
-        is no moment when a killed monitor holds output that is neither in the pipe (which
-        the trainer then drains) nor in the log. Past that bound a chunk is read, counted
-        and only passed through."""
-        if not select.select([fd], [], [], timeout)[0]:  # no lock held while the stream is quiet
+        ``timeout``); None at its end. Up to OUTPUT_KEPT bytes are recorded: handed to the
+        log's writer, waited for up to RECORD_WAIT_S. Not spliced into the log by the kernel:
+        a splice into a file on a frozen disk holds the pipe's lock, and then the script's
+        own writes wait for the disk. The wait makes a killed monitor lose at most the
+        chunk in hand; a stalled disk costs the script RECORD_WAIT_S once, then none while
+        the backlog (RECORD_BACKLOG) lasts."""
+        if not select.select([fd], [], [], timeout)[0]:
             return b"", False
-        with self.lock:
-            if self.kept < OUTPUT_KEPT and self.log >= 0 and self.write_error is None:
-                try:
-                    moved = os.splice(fd, self.log, 65536, offset_dst=self.kept, flags=os.SPLICE_F_NONBLOCK)
-                except BlockingIOError:
-                    return b"", False
-                except OSError as exc:
-                    if exc.errno not in NO_SPLICE:  # the log cannot be written: nothing left the pipe
-                        self._unwritable(exc)
-                    moved = None
-                except AttributeError:  # no splice (not Linux): read, then append
-                    moved = None
-                if moved == 0:
-                    return None
-                if moved is not None:
-                    data = os.pread(self.log, moved, self.kept)
-                    self.kept += moved
-                    return data, True
         try:
             data = os.read(fd, 65536)
         except OSError:
             return None
         if not data:
             return None
-        with self.lock:
-            keep = self.kept + len(data) <= OUTPUT_KEPT and self.log >= 0 and self.write_error is None
-            if keep:
-                try:
-                    os.pwrite(self.log, data, self.kept)
-                    self.kept += len(data)
-                except OSError as exc:
-                    self._unwritable(exc)
-                    keep = False
-            if not keep and self.log >= 0:  # (after the run's end, output is only passed through)
-                self.dropped += len(data)
-        return data, keep
+        return data, self._log.write(data)
 
-    def _unwritable(self, exc: OSError) -> None:
+    def _unwritable(self, error: str, written: int) -> None:
         """output.log cannot take more (a full disk, a folder gone): the output goes on to
         the terminal and the screens; the record says from where it lacks it."""
-        self.write_error = f"{exc.strerror or exc}"
         try:
-            self.on_error(f"cannot write {self.path} ({self.write_error}): the script's output is recorded up to "
-                          f"byte {self.kept:,} only; it still shows here")
+            self.on_error(f"cannot write {self.path} ({error}): the script's output is recorded up to "
+                          f"byte {written:,} only; it still shows here")
         except Exception:
             pass
 
@@ -245,3 +218,80 @@ class ScriptOutput:
             pass
         finally:
             os.close(target)
+
+
+class LogWriter:
+    """output.log, written by a thread of its own: a disk that stalls holds up this thread,
+    never the pumps that read the script's pipes. ``write`` returns whether the chunk is
+    recorded (False past OUTPUT_KEPT, past RECORD_BACKLOG, or once the log cannot be
+    written: ``on_error(why, bytes written)``, once)."""
+
+    def __init__(self, path, on_error) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._on_error = on_error
+        self._queue: collections.deque = collections.deque()
+        self._lock = threading.Condition()
+        self._accepted = 0  # bytes taken to be recorded, written or queued
+        self._backlog = 0
+        self._closing = False
+        self.written = self.dropped = 0
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="fastmon-output-log", daemon=True)
+        self._thread.start()
+
+    def write(self, data: bytes) -> bool:
+        done = threading.Event()
+        with self._lock:
+            if (self.error or self._closing or self._accepted + len(data) > OUTPUT_KEPT
+                    or self._backlog + len(data) > RECORD_BACKLOG):
+                self.dropped += len(data) if not self._closing else 0  # (after the run's end: passed on only)
+                return False
+            behind = self._backlog > 0  # stalled already: the script is not made to wait again
+            self._accepted += len(data)
+            self._backlog += len(data)
+            self._queue.append((data, done))
+            self._lock.notify()
+        if not behind:
+            done.wait(RECORD_WAIT_S)
+        return True
+
+    def close(self, wait: float = 1.0) -> None:
+        """Write what is queued (for ``wait`` s at most: a frozen disk is not waited for),
+        then close."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify()
+        self._thread.join(wait)
+        with self._lock:
+            self.dropped += sum(len(data) for data, _ in self._queue)
+            self._queue.clear()
+        if not self._thread.is_alive():
+            os.close(self._fd)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closing:
+                    self._lock.wait()
+                if not self._queue:
+                    return
+                data, done = self._queue[0]
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view):]
+            except OSError as exc:
+                with self._lock:
+                    self.error = f"{exc.strerror or exc}"
+                    self.dropped += sum(len(d) for d, _ in self._queue)
+                    for _, waiting in self._queue:
+                        waiting.set()
+                    self._queue.clear()
+                    self._backlog = 0
+                self._on_error(self.error, self.written)
+                continue
+            with self._lock:
+                self._queue.popleft()
+                self._backlog -= len(data)
+                self.written += len(data)
+            done.set()

@@ -440,7 +440,8 @@ class Session:
             self.channel.send(message["message"])
 
     def _take_event(self, event: dict) -> None:
-        """The steps an event says are not training: a capture's, compiling, a FLOP count."""
+        """The steps an event says are not training (a capture's, compiling, a FLOP count),
+        and an exec, said."""
         state = self._state
         if event["kind"] == "profile_started":
             state.capturing = True
@@ -452,6 +453,10 @@ class Session:
             for row in rank0.rows if rank0 else ():
                 if row.step in state.slowed[-1]:
                     rank0.leave_out(row)
+        elif event["kind"] == "exec":
+            self._notice(f"the training process (rank {event.get('rank', 0)}) replaced itself at step "
+                         f"{event.get('step')} with os.exec ({' '.join(event.get('argv') or [])}): fastmon does not "
+                         "follow an exec; what it runs from here is not recorded")
         elif event["kind"] == "profile":
             # Until its tables were done the training shared the process with them: those
             # steps are left out too.

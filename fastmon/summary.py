@@ -390,6 +390,14 @@ def record_lacks(metas: list[dict], last_ends: dict, dropped: int, made: int, ev
         return {"steps": None, "up_to_s": None, "ranks": [], "partial": "monitor_ended",
                 "why": f"the monitor ended before the training did, or its end is unknown (killed, hung up, "
                        f"its machine lost): {after} are not in this record"}
+    execs = [e for e in events if e["kind"] == "exec"]
+    if execs:  # the training became another program: what that one did is nobody's
+        first = min(execs, key=lambda e: e.get("step") or 0)
+        return {"steps": None, "up_to_s": None, "ranks": sorted({e.get("rank", 0) for e in execs}),
+                "partial": "exec",
+                "why": f"the training process replaced itself at step {first.get('step')} (os.exec: "
+                       f"{' '.join(first.get('argv') or [])}): fastmon does not follow an exec, and the "
+                       "steps after it are not in this record"}
     said = {str(rank) for m in metas for rank in (m.get("steps_made") or {})}
     silent = [rank for rank in last_ends if str(rank) not in said]
     ended = max((m.get("trainer_exit") or m.get("ended") or 0) for m in metas)

@@ -27,6 +27,7 @@ from fastmon.probe.optim_hooks import OptimizerPart
 from fastmon.probe.profiling import ProfileCapture
 from fastmon.probe.publisher import Publisher, rank_from_env
 from fastmon.probe.sampling import TimingSchedule
+from fastmon.probe.exec_hooks import ExecPart
 from fastmon.probe.sleep_hooks import SleepPart
 
 SETTINGS_EVERY = 50  # steps between polls of torch's global settings
@@ -67,7 +68,7 @@ class Probe:
         self.optimizer_part = OptimizerPart(self)
         self.checks_part = CodeChecksPart(self)
         self.parts = [self.forward_part, self.loader_part, self.backward_part, self.optimizer_part, self.checks_part,
-                      AnomalyCostPart(self), SleepPart(self)]
+                      AnomalyCostPart(self), SleepPart(self), ExecPart(self)]
         import torch.distributed as dist
 
         self.dist_part = None

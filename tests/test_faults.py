@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -463,3 +465,48 @@ def test_a_record_whose_monitor_died_says_it_is_partial_and_a_whole_one_never_do
                                        "10"), cwd=tmp_path, capture_output=True, text=True, timeout=120,
                            env=clean_env())
     assert "the record holds every step the probe made (5)" in whole.stderr
+
+
+def test_a_record_writer_that_blocks_never_holds_up_the_scripts_writes(tmp_path, monkeypatch):
+    # output.log on a disk that stops taking writes (fsfreeze needs root: here every write
+    # call into output.log waits until the test ends): the script's prints must go on, the
+    # record lagging behind
+    from fastmon.script_output import ScriptOutput
+
+    thawed = threading.Event()
+
+    def frozen(call):
+        def wait_then(fd, *args, **kwargs):
+            for target in (fd, kwargs.get("fd_out"), *args[:1]):
+                if isinstance(target, int) and os.readlink(f"/proc/self/fd/{target}").endswith("output.log"):
+                    thawed.wait(60)
+            return call(fd, *args, **kwargs)
+        return wait_then
+
+    for name in ("write", "pwrite", "splice"):
+        monkeypatch.setattr(os, name, frozen(getattr(os, name)))
+    output = ScriptOutput(tmp_path, lambda *_: None, lambda stream: None, passthrough=False)
+    read, write = os.pipe()
+    output.start({"stdout": read})
+    printing = threading.Thread(target=lambda: [os.write(write, b"x" * 4095 + b"\n") for _ in range(512)])
+    printing.start()
+    printing.join(30)
+    thawed.set()
+    assert not printing.is_alive(), "the script's writes waited for the record's disk"
+    os.close(write)
+    output.wait_after_exit()
+    output.close()
+
+
+@pytest.mark.e2e
+def test_a_training_that_execs_itself_is_said_and_its_record_called_partial(tmp_path):
+    out = subprocess.run(fastmon_cmd("run", "--headless", SCRIPTS / "execs_itself.py"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env=clean_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["first part done", "resumed part done"]  # the exec ran as without fastmon
+    assert "replaced itself at step 30 with os.exec" in out.stderr
+    (run,) = run_dirs(tmp_path)
+    report = subprocess.run(fastmon_cmd("report", str(run), "--json"), capture_output=True, text=True, timeout=60,
+                            env=clean_env())
+    lacks = json.loads(report.stdout)["record_lacks"]
+    assert lacks["partial"] == "exec" and "not in this record" in lacks["why"]
