@@ -461,6 +461,8 @@ def test_a_record_whose_monitor_died_says_it_is_partial_and_a_whole_one_never_do
     assert re.search(r"the record lacks: the monitor ended before the training did.*steps after \d\d:\d\d:\d\d "
                      r"are not in this record", report.stdout), report.stdout
     assert "holds every step" not in report.stdout
+    (run,) = run_dirs(tmp_path)
+    assert reads_back(run)["record_lacks"]["partial"] == "monitor_ended"
     whole = subprocess.run(fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "5", "--step-ms",
                                        "10"), cwd=tmp_path, capture_output=True, text=True, timeout=120,
                            env=clean_env())
@@ -506,7 +508,24 @@ def test_a_training_that_execs_itself_is_said_and_its_record_called_partial(tmp_
     assert out.stdout.splitlines() == ["first part done", "resumed part done"]  # the exec ran as without fastmon
     assert "replaced itself at step 30 with os.exec" in out.stderr
     (run,) = run_dirs(tmp_path)
+    lacks = reads_back(run)["record_lacks"]
+    assert lacks["partial"] == "exec" and "not in this record" in lacks["why"]
+
+
+def reads_back(run: Path) -> dict:
+    """A record as fastmon's three readers take it: the report (its json returned), the
+    replay's first and last screens, and the trace export."""
+    from fastmon.tui.snapshot import ReplaySource
+
     report = subprocess.run(fastmon_cmd("report", str(run), "--json"), capture_output=True, text=True, timeout=60,
                             env=clean_env())
-    lacks = json.loads(report.stdout)["record_lacks"]
-    assert lacks["partial"] == "exec" and "not in this record" in lacks["why"]
+    assert report.returncode == 0, report.stderr
+    replay = ReplaySource(run)
+    assert replay.snapshot().steps >= 1
+    replay.jump(replay.length - 1)
+    replay.snapshot()
+    export = subprocess.run(fastmon_cmd("export", str(run), "-o", str(run / "read-back.json")), capture_output=True,
+                            text=True, timeout=120, env=clean_env())
+    assert export.returncode == 0, export.stderr
+    assert json.loads((run / "read-back.json").read_text())["traceEvents"]
+    return json.loads(report.stdout)
