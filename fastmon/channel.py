@@ -25,6 +25,9 @@ import threading
 
 from fastmon.framed_server import FramedServer, Peer, Protocol
 
+# A probe sends its hello as it connects; the folder is this user's alone, so a slow start
+# on a loaded machine is what this allows for, not a stranger
+RANK_ADMIT_WITHIN = 10.0
 SOCKET_PATH_MAX = 100  # of the 107 a Unix socket's path may hold (sun_path), with room to spare
 SHORT_FOLDERS = ("/tmp", "/dev/shm")  # where the folder goes when TMPDIR's path is too long
 
@@ -93,7 +96,7 @@ class ChannelServer:
         listener.bind(self.path)
         listener.listen(64)
         self._ranks = _RankProtocol(on_message)
-        self._server = FramedServer(listener, self._ranks, "fastmon-channel")
+        self._server = FramedServer(listener, self._ranks, "fastmon-channel", admit_within=RANK_ADMIT_WITHIN)
         self.secret = self._ranks.secret
 
     def start(self) -> None:

@@ -4,7 +4,7 @@ length-prefixed frames (``fastmon.common.wire``) and writes each peer's outbox; 
 connection must send to be let in, and what its frames mean, is the protocol's.
 
 What holds for both, so that a fix lands in both: a connection that has not been admitted
-within ``ADMIT_WITHIN`` seconds is closed, at most ``PENDING_MAX`` wait at once (the oldest
+in time (``ADMIT_WITHIN`` seconds, the server's own where it says) is closed, at most ``PENDING_MAX`` wait at once (the oldest
 goes), and until admitted it may send one small frame (``HELLO_MAX``). A failing
 ``accept()`` (no file descriptors left) frees the oldest waiting one and pauses accepting a
 moment: never a spin, never the listener's end. Nothing is written on the caller's thread:
@@ -24,7 +24,7 @@ import time
 from fastmon.common import wire
 
 HELLO_MAX = 4096  # bytes a connection may send before it has been admitted
-ADMIT_WITHIN = 1.5  # seconds a connection has to be admitted (a real peer needs milliseconds)
+ADMIT_WITHIN = 1.5  # seconds a connection has to be admitted, by default (a real node needs milliseconds)
 PENDING_MAX = 64  # connections waiting to be admitted at once: the oldest goes first
 OUTBOX_MAX = 8 << 20  # bytes queued for one peer; a frame past it is not sent to that peer
 ACCEPT_PAUSE = 0.2  # seconds without accepting after accept() failed for want of descriptors
@@ -70,8 +70,10 @@ class Protocol:
 
 
 class FramedServer:
-    def __init__(self, listener: socket.socket, protocol: Protocol, name: str) -> None:
+    def __init__(self, listener: socket.socket, protocol: Protocol, name: str,
+                 admit_within: float = ADMIT_WITHIN) -> None:
         listener.setblocking(False)
+        self._admit_within = admit_within
         self.listener = listener
         self._protocol = protocol
         self._selector = selectors.DefaultSelector()
@@ -265,7 +267,7 @@ class FramedServer:
     def _expire(self, now: float) -> None:
         while self._pending:
             peer = next(iter(self._pending.values()))
-            if now - peer.opened < ADMIT_WITHIN:
+            if now - peer.opened < self._admit_within:
                 break
             self.drop(peer, refused=not peer.closing)
         self._protocol.tick(self, now)

@@ -34,7 +34,7 @@ MAX_LOG_INTS = 1_000_000  # 8 MB of step events, some 50,000 steps
 
 
 class Publisher:
-    def __init__(self, path: str | None, rank: int) -> None:
+    def __init__(self, path: str | None, rank: int, hello: dict | None = None) -> None:
         self.rank = rank
         self.log = array("q")
         self.put_event = self.log.extend
@@ -60,6 +60,9 @@ class Publisher:
             try:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 sock.connect(path)
+                if hello is not None:  # at once: the monitor closes a connection not admitted soon
+                    sock.settimeout(5.0)
+                    sock.sendall(wire.encode(hello))
                 sock.setblocking(False)
                 self._sock = sock
             except OSError:

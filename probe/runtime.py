@@ -48,7 +48,11 @@ def allocator_memory() -> tuple[int, int, int]:
 class Probe:
     def __init__(self, channel_path: str | None) -> None:
         self.rank, self.local_rank, self.world_size = rank_from_env()
-        self.publisher = Publisher(channel_path, self.rank)
+        # The run's secret, for the monitor only: out of the environment the script and its children see
+        secret = os.environ.pop("FASTMON_SECRET", "")
+        self.publisher = Publisher(channel_path, self.rank, {
+            "t": "hello", "secret": secret, "pid": os.getpid(), "rank": self.rank, "local_rank": self.local_rank,
+            "world_size": self.world_size, "argv": list(sys.argv)})
         self.publisher.on_control = self._wake
         self.cuda = torch.cuda.is_available()
         self.clock = StepClock(self.publisher.put_event, allocator_memory if self.cuda else None)
@@ -94,11 +98,6 @@ class Probe:
 
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
-        # The run's secret, for the monitor only: out of the environment the script and its children see
-        secret = os.environ.pop("FASTMON_SECRET", "")
-        self.message({"t": "hello", "secret": secret, "pid": os.getpid(), "rank": self.rank,
-                      "local_rank": self.local_rank, "world_size": self.world_size, "argv": list(sys.argv),
-                      "connected": self.publisher.connected})
         self.fact("environment", facts.environment())
         self.fact("settings", facts.settings())
         for part in self.parts:

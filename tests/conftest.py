@@ -68,3 +68,30 @@ def advised_for_the_code(advice: list[dict]) -> list[str]:
 
 def run_dirs(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / "fastmon-runs").glob("*"))
+
+
+def shared_auto_run(tmp_path_factory, example: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """`fastmon run --headless --apply auto EXAMPLE ARGS` on a copy of the example in a
+    folder of its own: (the CompletedProcess, the folder)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp(Path(example).stem)
+    shutil.copy(EXAMPLES / example, folder)
+    out = subprocess.run(fastmon_cmd("run", "--headless", "--apply", "auto", example, *args), cwd=folder,
+                         capture_output=True, text=True, timeout=400, env=clean_env(), stdin=subprocess.DEVNULL)
+    return out, folder
+
+
+@pytest.fixture(scope="session")
+def mistakes_auto(tmp_path_factory):
+    """One auto run of mistakes.py, shared by the tests that read it (its advice, its
+    trials' claims, its patch). 10 epochs: room for a trial extended to its last pair
+    (~13 s) on a noisy machine."""
+    return shared_auto_run(tmp_path_factory, "mistakes.py", "--epochs", "10")
+
+
+@pytest.fixture(scope="session")
+def starved_auto(tmp_path_factory):
+    """One auto run of the demo's starved.py, 8 epochs, each epoch's sample indices
+    recorded (indices.txt in its folder), shared by the tests that read it."""
+    return shared_auto_run(tmp_path_factory, "starved.py", "--epochs", "8", "--record-indices", "indices.txt")

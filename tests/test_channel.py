@@ -157,3 +157,16 @@ def test_eight_connections_without_the_secret_leave_the_monitors_memory_alone(se
             pass
     wait_for(lambda: server.refused == 8, "the eight refusals", timeout=20)
     assert me.memory_info().rss - before < 10 * 2**20
+
+
+def test_a_probe_is_admitted_as_it_connects_before_its_publisher_starts(server):
+    # the probe connects before its hooks are installed (seconds of a loaded start-up);
+    # its first send was a second after those: the hello must not wait for it
+    from fastmon.probe.publisher import Publisher
+
+    publisher = Publisher(server.path, 0, {"t": "hello", "secret": server.secret, "rank": 0, "pid": 1})
+    try:
+        wait_for(lambda: server.ranks() == [0], "the probe's rank, admitted")
+        assert server.received[0]["pid"] == 1 and server.refused == 0
+    finally:
+        publisher.close()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, SCRIPTS, clean_env, run_dirs
+from conftest import EXAMPLES, SCRIPTS, clean_env, fastmon_cmd, run_dirs
 from fastmon.common.phases import STEP_FIELDS
 from fastmon.common.run_status import RunStatus
 from fastmon.session import RunOptions, Session
@@ -81,12 +81,13 @@ def test_spawned_workers_restarting_each_epoch_are_made_persistent_first(run_fas
 
 
 @pytest.mark.e2e
-def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
+def test_auto_mode_fixes_the_starved_example(starved_auto):
+    out, tmp_path = starved_auto
     indices = tmp_path / "indices.txt"
-    out = run_fastmon("run", "--headless", "--apply", "auto", EXAMPLES / "starved.py", "--epochs", "4",
-                      "--record-indices", indices)
     assert out.returncode == 0, out.stderr
-    summary = report()
+    (run,) = run_dirs(tmp_path)
+    summary = json.loads(subprocess.run(fastmon_cmd("report", str(run), "--json"), capture_output=True, text=True,
+                                        timeout=60, env=clean_env()).stdout)
     (applied,) = [a for a in summary["applied"] if a["id"] == "dataloader.num_workers"]
     assert applied["kept"]
     assert applied["after_samples_per_s"] / applied["before_samples_per_s"] >= 2.5
@@ -95,7 +96,6 @@ def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
     # the change comes within the first epoch (200 steps): its last stretch runs on a trial's
     # workers (the first, 2 workers, alone gives ~1.9x; on a loaded machine the later trials
     # start later), and the last epoch's end runs on the kept count, >= 2.5x the first window
-    (run,) = run_dirs(tmp_path)
     db = sqlite3.connect(run / "run.sqlite")
     i_wall, i_samples = STEP_FIELDS.index("wall"), STEP_FIELDS.index("samples")
     rows = db.execute("SELECT * FROM steps WHERE rank = 0 ORDER BY step").fetchall()
@@ -105,9 +105,10 @@ def test_auto_mode_fixes_the_starved_example(run_fastmon, report, tmp_path):
     for seen in read_epochs(indices):
         assert sorted(seen) == list(range(6400))
     # the report says so, and how to make it permanent
-    text = subprocess.run([sys.executable, "-m", "fastmon", "report"], cwd=tmp_path, capture_output=True, text=True,
-                          env=clean_env(), timeout=60).stdout
-    assert "kept" in text and f"DataLoader(..., num_workers={applied['params']['num_workers']})" in text
+    text = subprocess.run(fastmon_cmd("report", str(run)), capture_output=True, text=True, env=clean_env(),
+                          timeout=60).stdout
+    # (8 epochs: persistent workers are kept too, in the same line)
+    assert "kept" in text and f"DataLoader(..., num_workers={applied['params']['num_workers']}" in text
     before = applied["before_samples_per_s"]
     searched = ", ".join(f"num_workers={t['params']['num_workers']} {t['samples_per_s'] / before:.2f}x"
                          for t in applied["tried"])
@@ -146,11 +147,11 @@ def test_ask_is_not_auto_headless_never_applies(run_fastmon, report):
 
 
 @pytest.mark.e2e
-def test_auto_applies_safe_fixes_on_the_mistakes_example(run_fastmon, report):
-    # 10 epochs: room for a trial extended to its last pair (~13 s) on a noisy machine
-    out = run_fastmon("run", "--headless", "--apply", "auto", EXAMPLES / "mistakes.py", "--epochs", "10")
+def test_auto_applies_safe_fixes_on_the_mistakes_example(mistakes_auto):
+    out, folder = mistakes_auto
     assert out.returncode == 0, out.stderr
-    summary = report()
+    summary = json.loads(subprocess.run(fastmon_cmd("report", "--json"), cwd=folder, capture_output=True, text=True,
+                                        timeout=60, env=clean_env()).stdout)
     advice = {a["id"]: a for a in summary["advice"]}
     for rule in ("autograd.detect_anomaly", "retained_graph", "validation.no_grad", "conv_bias_before_bn",
                  "optimizer.adamw", "zero_grad.set_to_none"):

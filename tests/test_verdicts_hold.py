@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -15,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLES, SCRIPTS, clean_env, fastmon_cmd, run_dirs
+from conftest import SCRIPTS, clean_env, fastmon_cmd, run_dirs
 from fastmon.advisor.facts import Facts
 from fastmon.advisor.rules import BY_ID
 from fastmon.cli import EXIT_NOT_WRITTEN
@@ -104,12 +103,12 @@ def run_patched(tmp_path, script: str, *args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.e2e
-def test_the_demos_trials_claim_what_the_record_holds_and_its_patch_runs(run_fastmon, report, tmp_path):
-    shutil.copy(EXAMPLES / "starved.py", tmp_path)
-    out = run_fastmon("run", "--headless", "--apply", "auto", "starved.py", "--epochs", "8")
+def test_the_demos_trials_claim_what_the_record_holds_and_its_patch_runs(starved_auto):
+    out, tmp_path = starved_auto  # its folder: the patch goes into its copy of the script
     assert out.returncode == 0, out.stderr
-    summary = report()
     (run,) = run_dirs(tmp_path)
+    summary = json.loads(subprocess.run(fastmon_cmd("report", str(run), "--json"), capture_output=True, text=True,
+                                        timeout=60, env=clean_env()).stdout)
     assert_claims_hold(run, summary)
     workers = next(a for a in summary["applied"] if a["id"] == "dataloader.num_workers")
     assert workers["kept"] and workers["verdict"] == "faster"
@@ -140,12 +139,12 @@ def test_the_demos_trials_claim_what_the_record_holds_and_its_patch_runs(run_fas
 
 
 @pytest.mark.e2e
-def test_the_mistakes_trials_claim_what_the_record_holds_and_its_patch_runs(run_fastmon, report, tmp_path):
-    shutil.copy(EXAMPLES / "mistakes.py", tmp_path)
-    out = run_fastmon("run", "--headless", "--apply", "auto", "mistakes.py", "--epochs", "10")
+def test_the_mistakes_trials_claim_what_the_record_holds_and_its_patch_runs(mistakes_auto):
+    out, tmp_path = mistakes_auto  # its folder: the patch goes into its copy of the script
     assert out.returncode == 0, out.stderr
-    summary = report()
     (run,) = run_dirs(tmp_path)
+    summary = json.loads(subprocess.run(fastmon_cmd("report", str(run), "--json"), capture_output=True, text=True,
+                                        timeout=60, env=clean_env()).stdout)
     assert_claims_hold(run, summary)
     anomaly = next(a for a in summary["applied"] if a["id"] == "autograd.detect_anomaly")
     assert anomaly["method"] == "interleaved" and anomaly["verdict"] == "faster" and anomaly["kept"], anomaly
