@@ -9,6 +9,7 @@ from fastmon.advisor.types import PROBLEM, SUGGESTION, gain_text
 from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.common.verdicts import (ExperimentState, is_recommended, measured_text, params_text, rates_text,
                                      result_text, search_text)
+from fastmon.pipeline import pipeline_lines
 
 
 def mib(n) -> str:
@@ -343,6 +344,7 @@ def format_text(s: dict) -> str:
     else:
         lines.append(f"  GPU: {gpu.get('note')}")
     lines += compute_lines(s.get("compute"))
+    lines += pipeline_lines(s.get("pipeline"))
     if s.get("ranks"):
         lines.append("")
         lines.append(f"  {'rank':<5} {'steps':>6} {'steps/s':>8} {'step ms':>8} "

@@ -41,6 +41,7 @@ from fastmon.job_link import (JobServer, NodeClient, NoSecret, job_nodes, job_se
                               node_rank)
 from fastmon.live_state import LiveState, LiveView, RankState
 from fastmon.loggers import LOG_EVERY, METRICS_PORT, TrackerLog
+from fastmon.pipeline import pipeline_summary
 from fastmon.printed_loss import printed_losses
 from fastmon.report import node_lost_line
 from fastmon.progress import script_args
@@ -52,6 +53,7 @@ from fastmon.summary import counted_samples, first_count, flops_figures, rank_ta
 
 ADVISOR_WINDOW = 200  # steps the advisor looks at
 ADVISE_EVERY = 1.0
+PIPELINE_EVERY = 2.0  # seconds between reads of the data pipeline's stage times (fastmon.pipeline)
 PROFILE_STEPS = 5  # steps in a torch.profiler capture unless asked otherwise
 SAMPLE_EVERY = 0.5
 MIN_ADVISE_STEPS = 5  # the first steps (imports, warm-up) are not representative
@@ -99,6 +101,7 @@ class Session:
         self.view: LiveView = self._state.view()
         self._owner = StateOwner(self._publish, self._owner_error)
         self._owner.every(ADVISE_EVERY, self._advise)
+        self._owner.every(PIPELINE_EVERY, self._read_pipeline)
         self._failures: collections.Counter = collections.Counter()  # the owner's work that raised, by name
         self.proc: subprocess.Popen | None = None
         self.run_dir: Path | None = None
@@ -715,6 +718,15 @@ class Session:
 
     def dismiss(self, advice_id: str) -> None:
         self._command(self._dismiss_command, advice_id)
+
+    def _read_pipeline(self) -> None:
+        """The data pipeline's stage times so far (the training thread's fact and the
+        workers' files), as a fact the rules read."""
+        if self.run_dir is None:
+            return
+        stages = pipeline_summary(self.run_dir, self._state.facts.get("pipeline"))
+        if stages is not None:
+            self._state.facts["pipeline_stages"] = stages
 
     def advise_once(self) -> None:
         """A look by the advisor now (and a tick of the experiment under way)."""

@@ -14,6 +14,7 @@ from fastmon.advisor.verdict import verdict
 from fastmon.advisor.window import Window, recent, window_tokens
 from fastmon.calibration import measured_tflops
 from fastmon.peaks import math_dtype, peak_tflops
+from fastmon.pipeline import pipeline_summary
 from fastmon.permanent import line_text, permanent_changes
 from fastmon.common.phases import COLUMN, PHASES
 from fastmon.common.verdicts import running_at_end
@@ -327,6 +328,7 @@ def summarize(run_dir) -> dict:
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         facts = records[0].facts()
         summary["tokens_note"] = tokens_note(summary, facts, meta)
+        summary["pipeline"] = pipeline_summary(dirs[0], facts.get("pipeline"))
         from fastmon.rederive import advice_now, advised_by_other_rules  # (it reads this module's windows)
 
         summary["advice_rederived"] = advised_by_other_rules(meta)

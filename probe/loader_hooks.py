@@ -295,6 +295,12 @@ class LoaderPart(Part):
                     part.built_at[loader] = fmt(user_frame(2))
                 except Exception as exc:
                     part.fail(exc)
+            pipeline = part.probe.pipeline_part
+            if pipeline.on:
+                try:
+                    pipeline.watch(loader.dataset)
+                except Exception as exc:
+                    pipeline.fail(exc)
 
         self.timed_next = __next__
         DataLoader.__iter__ = __iter__

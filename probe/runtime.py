@@ -28,6 +28,7 @@ from fastmon.probe.profiling import ProfileCapture
 from fastmon.probe.publisher import Publisher, rank_from_env
 from fastmon.probe.sampling import TimingSchedule
 from fastmon.probe.exec_hooks import ExecPart
+from fastmon.probe.pipeline_stages import PipelinePart, totals as pipeline_totals
 from fastmon.probe.sleep_hooks import SleepPart
 
 SETTINGS_EVERY = 50  # steps between polls of torch's global settings
@@ -71,8 +72,9 @@ class Probe:
         self.backward_part = BackwardPart(self)
         self.optimizer_part = OptimizerPart(self)
         self.checks_part = CodeChecksPart(self)
+        self.pipeline_part = PipelinePart(self)
         self.parts = [self.forward_part, self.loader_part, self.backward_part, self.optimizer_part, self.checks_part,
-                      AnomalyCostPart(self), SleepPart(self), ExecPart(self)]
+                      AnomalyCostPart(self), SleepPart(self), ExecPart(self), self.pipeline_part]
         import torch.distributed as dist
 
         self.dist_part = None
@@ -218,6 +220,9 @@ class Probe:
         self.clock.flush_untimed()
         self.clock.let_go_of_dropped_iterator()
         self.loader_part.report()
+        stages = pipeline_totals()
+        if stages["stages"]:  # num_workers=0: the training thread's own stage times
+            self.fact("pipeline", {"stages": stages["stages"]})
         self._say_timing()
         if self.forward_part.compile_in_use:
             self.compile_watch.at_round(self.clock.step)

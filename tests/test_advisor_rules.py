@@ -71,6 +71,16 @@ def fired(window_rows, fact_set) -> dict:
 STARVED = {"data_wait": 60.0, "forward": 5.0, "backward": 5.0, "optimizer": 1.0, "other": 1.0}
 GPU_IDLE = [[{"index": 0, "util": 20, "mem_used": 10 * 2**30, "mem_total": 140 * 2**30, "our_process": True}]]
 
+def stage(name, cpu_ms, wall_ms, where=None, waiting=False):
+    return {"name": name, "where": where, "samples": 480, "cpu_ms": cpu_ms, "wall_ms": wall_ms, "waiting": waiting}
+
+
+# fastmon.pipeline's table, the slowest first: one transform most of a sample, or none
+SLOW_TRANSFORM = {"workers": 2, "stages": [stage("SlowBlur", 2.0, 2.02, "pipeline.py:20"),
+                                           stage("collate_fn", 0.05, 0.05), stage("the rest of __getitem__", 0.1, 0.1)]}
+EVEN_STAGES = {"workers": 2, "stages": [stage("Resize", 0.4, 0.4, "pipeline.py:9"), stage("Crop", 0.35, 0.35),
+                                        stage("collate_fn", 0.3, 0.3), stage("the rest of __getitem__", 0.3, 0.3)]}
+
 # (rule id, firing case, healthy twin): each case is (rows, facts)
 CASES = {
     "dataloader.num_workers": (
@@ -116,6 +126,9 @@ CASES = {
     "validation.no_grad": (
         (rows(eval_grad_forwards=lambda s: 1 if s == 10 else 0), facts()),
         (rows(eval_forwards=lambda s: 1 if s == 10 else 0), facts())),
+    "data.slow_stage": (
+        (rows(ms=STARVED), facts(loader=LOADER, pipeline_stages=SLOW_TRANSFORM)),
+        (rows(ms=STARVED), facts(loader=LOADER, pipeline_stages=EVEN_STAGES))),
     "conv_bias_before_bn": (
         (rows(), facts(models=[dict(CONV_GPU, conv_bias_before_bn=["features.0"])])),
         (rows(), facts(models=[CONV_GPU]))),
@@ -623,3 +636,15 @@ def test_the_worked_example_rule_in_architecture_runs_as_written():
     assert rule.check(Window.from_rows(rows()), facts(env=GPU_ENV, models=[MLP_GPU])) is None  # not compiled
     kept = rule.permanent(advice.apply.params, compiled)
     assert isinstance(kept, Permanent) and "set_float32_matmul_precision" in kept.code
+
+
+@pytest.mark.parametrize("slowest, remedy", [
+    (stage("SlowBlur", 2.0, 2.02, "pipeline.py:20"), "run SlowBlur after the copy to the GPU"),
+    (stage("ReadTiles", 0.05, 2.0, "pipeline.py:30", waiting=True), "prefetch_factor"),
+    (stage("collate_fn", 1.5, 1.5), "stacks whole tensors"),
+])
+def test_the_slow_stage_gets_the_remedy_of_its_kind(slowest, remedy):
+    table = {"workers": 2, "stages": [slowest, stage("the rest of __getitem__", 0.1, 0.1)]}
+    advice = fired(rows(ms=STARVED), facts(loader=LOADER, pipeline_stages=table))["data.slow_stage"]
+    assert remedy in advice.fix and advice.location == slowest["where"]
+    assert fired(rows(), facts(loader=LOADER, pipeline_stages=table)).get("data.slow_stage") is None  # not data-bound

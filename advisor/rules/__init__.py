@@ -12,6 +12,7 @@ from fastmon.advisor.rules import (
     compile_recompiles,
     conv_bias_before_bn,
     cudnn_benchmark,
+    data_slow_stage,
     dataloader_num_workers,
     dataloader_persistent_workers,
     dataloader_pin_memory,
@@ -38,8 +39,8 @@ from fastmon.advisor.rules import (
 )
 
 RULES = (
-    dataloader_num_workers, dataloader_pin_memory, dataloader_persistent_workers, batch_size, amp, tf32,
-    cudnn_benchmark, zero_grad_set_to_none, autograd_detect_anomaly, profiler_left_on, sync_per_step,
+    dataloader_num_workers, dataloader_pin_memory, dataloader_persistent_workers, data_slow_stage, batch_size, amp,
+    tf32, cudnn_benchmark, zero_grad_set_to_none, autograd_detect_anomaly, profiler_left_on, sync_per_step,
     retained_graph, validation_no_grad, conv_bias_before_bn, tensor_copy, dataparallel, multi_gpu_unused,
     memory_pressure, optimizer_fused, optimizer_adamw, lr_schedule, grad_clipping, torch_compile, channels_last,
     compile_recompiles, torch_num_threads, sharded_forward_gather, sharded_backward_reduce,
