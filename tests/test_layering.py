@@ -165,3 +165,17 @@ def test_doctor_says_what_this_torch_lacks_and_what_goes_unmeasured(monkeypatch)
     at = lines.index("  ✗ torch's private parts fastmon reads: this torch lacks")
     assert ("      torch._foreach_norm: gradient norms are taken one tensor at a time "
             "(slower on small models)") in lines[at + 1:]
+
+
+def relative_imports(source: str) -> list[str]:
+    """The relative imports in a module's source (``from .. import session``): they would
+    pass the allow-list above unseen, so none is allowed."""
+    return [f"{'.' * node.level}{node.module or ''} import {', '.join(a.name for a in node.names)}"
+            for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom) and node.level > 0]
+
+
+def test_no_module_imports_relatively():
+    assert relative_imports("from .. import session\nfrom fastmon.common import wire\n") == [".. import session"]
+    found = {str(path.relative_to(ROOT)): relative_imports(path.read_text())
+             for package in ALLOWED for path in (ROOT / package).rglob("*.py")}
+    assert {path: imports for path, imports in found.items() if imports} == {}
