@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from fastmon.advisor import Window, recent
+from fastmon.advisor.bound import DATA_BOUND_SHARE
 from fastmon.advisor.types import SUGGESTION, gain_text
 from fastmon.advisor.verdict import verdict
 from fastmon.common.phases import PHASE_LABELS, PHASES
@@ -52,6 +53,10 @@ def status_line(view, argv: list[str] = ()) -> str:
         parts.append(f"{window.tokens_per_s:,.0f} tokens/s")
     if shares:
         parts.append(shares)
+    stages = (view.facts.get("pipeline_stages") or {}).get("stages")
+    if stages and phases["data_wait"] >= DATA_BOUND_SHARE:  # waiting for data: on what, in the loader
+        parts.append(f"loader's slowest: {stages[0]['name']} {stages[0]['wall_ms']:.2f} ms a sample"
+                     + (" (waits)" if stages[0]["waiting"] else ""))
     lost = lost_nodes(view.events)
     if len(view.ranks) > 1:
         parts.append(f"{len(view.ranks)} ranks" + (f", straggler rank {slowest}" if slowest is not None else "")

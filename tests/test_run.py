@@ -666,3 +666,22 @@ def test_a_recompiled_modules_advice_points_at_the_users_line_not_dynamos_frame(
     assert recompiled_at(reason, dynamos.__file__, 67, 60).endswith("recompile_loop.py:14")
     assert recompiled_at(reason, script, 11, 9).endswith("recompile_loop.py:11")  # the user's own frame first
     assert recompiled_at("0/1: a guard failed", dynamos.__file__, 67, 60) is None  # then the torch.compile call
+
+
+def test_the_status_line_says_the_loaders_slowest_stage_while_the_steps_wait_for_data():
+    from fastmon.common.phases import StepRow
+    from fastmon.live_state import LiveState, RankState
+
+    state = LiveState(started=99.0)
+    state.ranks[0] = RankState()
+    for step in range(20):
+        values = dict.fromkeys(STEP_FIELDS, 0.0)
+        values.update(rank=0, step=step, t_end=100 + step * 0.05, wall=0.05, data_wait=0.04, forward=0.01, samples=8,
+                      timed=1)
+        state.ranks[0].add(StepRow(**values), start_up=False)
+    state.facts["pipeline_stages"] = {"workers": 0, "stages": [
+        {"name": "SlowBlur", "where": "p.py:3", "samples": 80, "cpu_ms": 4.9, "wall_ms": 5.0, "waiting": False}]}
+    assert "| loader's slowest: SlowBlur 5.00 ms a sample |" in status_line(state.view())
+    for rank_state in state.ranks.values():  # the same steps, computing rather than waiting
+        rank_state.rows = type(rank_state.rows)(r._replace(data_wait=0.0, forward=0.05) for r in rank_state.rows)
+    assert "loader's slowest" not in status_line(state.view())
