@@ -467,6 +467,18 @@ def cmd_replay(argv: list[str]) -> int:
     return with_runs([args.run], args.runs_dir, lambda run_dirs: run_replay(run_dirs[0]))
 
 
+def cmd_watch(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fastmon watch", parents=[runs_dir_option()],
+                                     description="Open the live dashboard of a run fastmon records headless (from "
+                                                 "another terminal); quitting it leaves the run alone. A run that "
+                                                 "has ended opens as its replay.")
+    parser.add_argument("run", nargs="?", default="latest", help="a run folder, or 'latest' (default)")
+    args = parser.parse_args(argv)
+    from fastmon.tui.launch import run_watch
+
+    return with_runs([args.run], args.runs_dir, lambda run_dirs: run_watch(run_dirs[0]))
+
+
 def cmd_doctor(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fastmon doctor", description="What fastmon can measure on this machine.")
     parser.add_argument("--calibrate", action="store_true",
@@ -482,7 +494,7 @@ def cmd_doctor(argv: list[str]) -> int:
 
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "report": cmd_report, "compare": cmd_compare, "replay": cmd_replay,
-            "export": cmd_export, "doctor": cmd_doctor}
+            "watch": cmd_watch, "export": cmd_export, "doctor": cmd_doctor}
 
 USAGE = """usage: fastmon COMMAND ...
 
@@ -494,6 +506,7 @@ USAGE = """usage: fastmon COMMAND ...
   compare A B [--fail-if-slower PCT]
                                    two runs side by side: is B slower than A beyond noise?
   replay [RUN]                     open a recorded run in the dashboard
+  watch [RUN]                      the live dashboard of a headless run, from another terminal
   export [RUN] [-o FILE]           write it as a trace for Perfetto or chrome://tracing
   doctor [--calibrate]             what fastmon can measure on this machine (and what its chips reach)
 

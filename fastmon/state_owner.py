@@ -11,7 +11,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable
 
-ASK_TIMEOUT_S = 10.0  # a command the owner has not run by then is answered "busy"
+ASK_TIMEOUT_S = 30.0  # a command the owner has not started by then is answered "busy" (and never runs)
 
 
 class Busy(Exception):

@@ -22,6 +22,7 @@ import json
 import os
 import time
 
+import torch._utils as torch_utils
 import torch.utils.data._utils.fetch as fetch
 
 from fastmon.probe.guard import Part
@@ -140,12 +141,24 @@ class PipelinePart(Part):
             cls.fetch = timed_fetch
 
     def _in_child(self) -> None:
-        """A forked process (a DataLoader worker, if it fetches): its own totals, to its file."""
+        """A forked process (a DataLoader worker, if it fetches): its own totals, to its file;
+        an error it sends the trainer reads as without fastmon."""
         global _worker_path, _stats, _batches, _written
         _stats, _batches, _written = {}, 0, 0.0
         if self.folder is not None:
             os.makedirs(self.folder, exist_ok=True)
             _worker_path = os.path.join(self.folder, f"{self.probe.rank}-{os.getpid()}.json")
+        wrapper = torch_utils.ExceptionWrapper
+        if not getattr(wrapper.__init__, "_fastmon", False):
+            original = wrapper.__init__
+
+            def __init__(self, *args, **kwargs):
+                original(self, *args, **kwargs)
+                if isinstance(getattr(self, "exc_msg", None), str):
+                    self.exc_msg = without_own_frames(self.exc_msg)
+
+            __init__._fastmon = True
+            wrapper.__init__ = __init__
 
     def watch(self, dataset) -> None:
         """Wrap the steps of the dataset's transforms, once (called as a DataLoader is built)."""
@@ -188,3 +201,18 @@ def _timed(fetcher, index, original, iterable: bool):
                 _write(now)
             except OSError:
                 pass
+
+
+def without_own_frames(text: str) -> str:
+    """A formatted traceback without this module's frames (each "  File" line and the
+    indented lines under it): a worker formats its error's traceback itself, and the
+    fetch goes through this module."""
+    out, skipping = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith('  File "'):
+            skipping = line.split('"')[1] == __file__
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return "".join(out)

@@ -725,3 +725,33 @@ def test_a_replay_says_the_epoch_of_the_step_it_shows(run_fastmon, tmp_path):
     assert source.snapshot().epoch == 2
     source.jump(source.length)
     assert source.snapshot().epoch == 3
+
+
+@pytest.mark.e2e
+async def test_watch_follows_a_headless_run_live_and_quitting_it_leaves_the_run_going(tmp_path):
+    from conftest import SCRIPTS
+    from fastmon.common.run_status import RunStatus
+    from fastmon.tui.snapshot import FollowSource
+
+    monitor = subprocess.Popen(fastmon_cmd("run", "--headless", SCRIPTS / "slow_steps.py", "--steps", "100000",
+                                           "--step-ms", "20"),
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env())
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (run_dirs(tmp_path) and FollowSource(run_dirs(tmp_path)[0]).length):
+            await asyncio.sleep(0.2)
+        source = FollowSource(run_dirs(tmp_path)[0])
+        assert source.following
+        app = FastmonApp(source)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause(1.0)
+            first = app.snapshot.steps
+            assert app.snapshot.status == RunStatus.RUNNING
+            await pilot.pause(3.0)
+            assert app.snapshot.steps > first  # followed as it records
+            await pilot.press("q")
+        assert monitor.poll() is None  # quitting the watch leaves the run going
+    finally:
+        monitor.terminate()
+        monitor.wait(60)
+    assert not FollowSource(run_dirs(tmp_path)[0]).following  # ended: the next watch opens its replay

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fastmon.common.run_status import RunStatus
 from fastmon.tui.app import FastmonApp
-from fastmon.tui.snapshot import LiveSource, ReplaySource
+from fastmon.tui.snapshot import FollowSource, LiveSource, ReplaySource
 
 
 def run_dashboard(options, exit_on_finish: bool = False) -> tuple[int, Path]:
@@ -45,4 +45,12 @@ def run_dashboard(options, exit_on_finish: bool = False) -> tuple[int, Path]:
 
 def run_replay(run_dir) -> int:
     FastmonApp(ReplaySource(run_dir)).run()
+    return 0
+
+
+def run_watch(run_dir) -> int:
+    """The dashboard of a run another fastmon records (headless), followed live; quitting it
+    leaves that run alone. A run that has ended opens as its replay."""
+    source = FollowSource(run_dir)
+    FastmonApp(source if source.following else ReplaySource(run_dir)).run()
     return 0

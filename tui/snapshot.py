@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from fastmon.step_table import StepTable
 from fastmon.summary import (before_and_after, busy_during, compiled_model, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
                              judge, lost_nodes, rank_table, rows_span, steady_span,
-                             busy_in_span, window_summary)
+                             busy_in_span, monitor_running, window_summary)
 
 CHART_BUCKETS = 150
 CHART_STEPS = 1200  # the chart shows the last this many steps, at most CHART_BUCKETS columns
@@ -257,9 +258,15 @@ class ReplaySource:
     replay = True
 
     def __init__(self, run_dir) -> None:
+        self.run_dir = Path(run_dir)
+        self._log_shown = 0  # chunks of the log in the output pane
+        self._load()
+
+    def _load(self) -> None:
+        """Read the record, the scrubber at its end."""
         from fastmon.records import RunRecord
 
-        self.run_dir = Path(run_dir)
+        run_dir = self.run_dir
         self.record = record = RunRecord(run_dir)
         self.meta = record.meta()
         self.facts = record.facts()
@@ -285,7 +292,6 @@ class ReplaySource:
         per_chunk = [printed_losses(text) for _, _, text in self.log]
         self._losses = [loss for losses in per_chunk for loss in losses]
         self._losses_by = list(itertools.accumulate(map(len, per_chunk), initial=0))  # by the nth chunk
-        self._log_shown = 0  # chunks of the log in the output pane
 
     @property
     def length(self) -> int:
@@ -389,3 +395,41 @@ class ReplaySource:
         if upto >= shown:
             return False, [(stream, text) for _, stream, text in self.log[shown:upto]]
         return True, [(stream, text) for _, stream, text in self.log[max(upto - OUTPUT_AGAIN, 0):upto]]
+
+
+class FollowSource(ReplaySource):
+    """A run another monitor is recording (``fastmon watch``): read again at most once every
+    ``REREAD_EVERY`` s while that monitor runs, the scrubber kept at the end unless moved
+    back; shown as running. Read-only: the monitor that records the run owns its changes."""
+
+    REREAD_EVERY = 1.0
+
+    def __init__(self, run_dir) -> None:
+        super().__init__(run_dir)
+        self._read_at = time.monotonic()
+
+    @property
+    def following(self) -> bool:
+        return "ended" not in self.meta and monitor_running(self.meta)
+
+    def snapshot(self) -> Snapshot:
+        following = self.following
+        if following and time.monotonic() - self._read_at >= self.REREAD_EVERY:
+            self._read_at = time.monotonic()
+            fresh = ReplaySource.__new__(ReplaySource)
+            fresh.run_dir, fresh._log_shown = self.run_dir, self._log_shown
+            try:
+                fresh._load()
+            except Exception:  # caught mid-write: the next look reads it whole
+                return super().snapshot()
+            position, at_end, old = self.position, self.position == self.length, self.record
+            for cached in ("_outcome", "_steady_span", "_steady_busy"):
+                self.__dict__.pop(cached, None)
+            self.__dict__.update(fresh.__dict__)
+            old.close()
+            if not at_end:
+                self.position = min(position, self.length)
+        snap = super().snapshot()
+        if following and self.position == self.length:
+            snap.status = RunStatus.RUNNING
+        return snap
