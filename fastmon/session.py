@@ -131,6 +131,7 @@ class Session:
         self._rank_nodes: dict[int, int] = {}  # node 0: rank -> the node whose monitor sends it
         self._link_rejected = 0  # rows another node sent for a rank not its own
         self._link_refusals = 0  # connections to the job port refused, as the owner thread has heard
+        self._asked_to_apply: str | None = None  # advice the user applied before it could be measured
         self._terminations = 0  # SIGTERMs passed on
         self._ctrl_c_ignored = False
 
@@ -565,6 +566,10 @@ class Session:
             else:
                 continue
             self.recorder.put("advice", (advice.id, time.time(), json.dumps(self._state.advice[advice.id])))
+        asked = self._asked_to_apply
+        if asked is not None and not self.experiments.busy:
+            if self._state.advice.get(asked, {}).get("status") != OPEN or self._apply_command(asked) is not None:
+                self._asked_to_apply = None  # it cannot be any more
         if (self.options.apply == "auto" and not self.experiments.busy and not self._unlinked_nodes()
                 and self._load_known(since)):
             for advice in found:
@@ -629,8 +634,12 @@ class Session:
                     f"after it are measured), and the run's last is epoch {total} (now {loader['epochs']})")
         rows = self._steady_rows(self._state.measured_rows())
         if self.experiments.start(advice, rows, loader_figures(loader, rows), epoch=epoch) is None:
-            return ("it is measured over whole epochs: an epoch's worth of steps first" if epoch
-                    else "no steps to compare with yet")
+            # asked for before there are steps to measure it against: it starts by itself once
+            # there are (the advice came at ~11 steps, a baseline needs ~20)
+            self._asked_to_apply = advice_id
+            return None
+        if self._asked_to_apply == advice_id:
+            self._asked_to_apply = None
         self.tried.add(advice_id)
         advice["status"] = APPLYING
         self.recorder.put("advice", (advice_id, time.time(), json.dumps(advice)))
@@ -708,7 +717,8 @@ class Session:
             return f"it failed ({type(exc).__name__}: {exc})"
 
     def apply(self, advice_id: str) -> str | None:
-        """Start the advice's change as an experiment. None if started; else why not now."""
+        """Start the advice's change as an experiment. None if started (or to start by itself
+        once there are steps to measure it against); else why not now."""
         return self._command(self._apply_command, advice_id)
 
     def profile(self, steps: int = PROFILE_STEPS) -> str | None:
