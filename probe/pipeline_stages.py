@@ -161,7 +161,9 @@ class PipelinePart(Part):
             wrapper.__init__ = __init__
 
     def watch(self, dataset) -> None:
-        """Wrap the steps of the dataset's transforms, once (called as a DataLoader is built)."""
+        """Wrap the steps of the dataset's transforms, once (called as a DataLoader is built),
+        and find where the dataset's class is now: not in a step (it reads its source)."""
+        where_defined(dataset)
         for attribute in ("transform", "target_transform", "transforms"):
             pipeline = getattr(dataset, attribute, None)
             steps = getattr(pipeline, "transforms", None)

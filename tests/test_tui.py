@@ -624,6 +624,7 @@ def test_ctrl_c_after_detaching_stops_the_training_with_its_summary(tmp_path):
     def own_terminal():  # a session whose controlling terminal is the pty: Ctrl-C there is SIGINT
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a user's terminal (pytest may run where it is ignored)
 
     proc = subprocess.Popen(fastmon_cmd("run", "--runs-dir", tmp_path / "runs", script, "--steps", 3000,
                                         "--step-ms", 20),
