@@ -36,6 +36,7 @@ _stats: dict[str, list] = {}  # stage -> [samples, cpu_ns, wall_ns, where]
 _written = 0.0
 _batches = 0
 _worker_path: str | None = None  # in a forked worker: where its totals go
+_forked = False  # a forked process that has not fetched yet
 _where: dict = {}  # a class or function -> its file:line
 
 
@@ -127,7 +128,10 @@ class PipelinePart(Part):
             iterable = cls is fetch._IterableDatasetFetcher
 
             def timed_fetch(fetcher, index, _original=original, _iterable=iterable):
-                global _batches
+                global _batches, _forked
+                if _forked:  # the first fetch of a forked process: a DataLoader worker
+                    _forked = False
+                    part._as_worker()
                 if _worker_path is not None:
                     _batches += 1
                     if _batches % WORKER_EVERY:
@@ -141,13 +145,19 @@ class PipelinePart(Part):
             cls.fetch = timed_fetch
 
     def _in_child(self) -> None:
-        """A forked process (a DataLoader worker, if it fetches): its own totals, to its file;
-        an error it sends the trainer reads as without fastmon."""
-        global _worker_path, _stats, _batches, _written
-        _stats, _batches, _written = {}, 0, 0.0
-        if self.folder is not None:
-            os.makedirs(self.folder, exist_ok=True)
-            _worker_path = os.path.join(self.folder, f"{self.probe.rank}-{os.getpid()}.json")
+        """A forked process: its own totals, set up at its first fetch (a DataLoader worker;
+        a fork that never fetches pays nothing here)."""
+        global _forked, _stats, _batches, _written
+        _forked, _stats, _batches, _written = True, {}, 0, 0.0
+
+    def _as_worker(self) -> None:
+        """The first fetch of a forked process: its totals go to its file, and an error it
+        sends the trainer reads as without fastmon."""
+        global _worker_path
+        if self.folder is None:
+            return
+        os.makedirs(self.folder, exist_ok=True)
+        _worker_path = os.path.join(self.folder, f"{self.probe.rank}-{os.getpid()}.json")
         wrapper = torch_utils.ExceptionWrapper
         if not getattr(wrapper.__init__, "_fastmon", False):
             original = wrapper.__init__

@@ -189,7 +189,9 @@ def test_the_counted_step_costs_its_neighbours_time_not_seconds(run_fastmon, rep
     walls = dict(sqlite3.connect(next((tmp_path / "fastmon-runs").iterdir()) / "run.sqlite").execute(
         "SELECT step, wall FROM steps WHERE rank = 0"))
     neighbours = [walls[s] for s in range(counted + 1, counted + 21)]
-    assert walls[counted] < max(neighbours) + 0.05, (walls[counted], neighbours)
+    # the count's own operators through a Python mode: ~45-60 ms on the 2-core VM, against
+    # the seconds an import of torch._dynamo there once cost
+    assert walls[counted] < max(neighbours) + 0.2, (walls[counted], neighbours)
 
 
 @pytest.mark.parametrize("run", sorted(p.name for p in RECORDED.iterdir()))
