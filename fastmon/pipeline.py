@@ -1,64 +1,87 @@
 """Where producing a sample takes its time, from what the probe timed inside the data
-pipeline (``fastmon.probe.pipeline_stages``): the training thread's totals (the
-``pipeline`` fact) and each forked worker's (``RUN/pipeline/*.json``), summed into one table
-of stages, CPU and wall ms a sample each, the slowest first. A transform's time is part of
-``__getitem__``'s: the table shows ``__getitem__`` less its transforms, as "the rest of
-__getitem__"."""
+pipeline (``fastmon.probe.pipeline_stages``): the training process's totals (the
+``pipeline`` fact) and each DataLoader worker's (``RUN/pipeline/*.json``), summed into one
+table of stages, CPU and wall ms a sample each, the slowest first; the per-batch stages of
+the training process (taking a batch from a worker, the pin-memory thread); and the
+workers themselves: how many ran at once, how busy each kept its core, the slowest.
+
+A transform's time is part of ``__getitem__``'s: the table shows ``__getitem__`` less its
+transforms and reads, as "the rest of __getitem__". A stage's ms a sample is its time over
+the samples fetched in the timed batches (a sample that decodes two images pays both)."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
-FOLDER = "pipeline"
+from fastmon.common.pipeline_names import FOLDER, HANDOFF
+
 WAITING_RATIO = 2.0  # a stage whose wall is this many times its CPU waits (a read, a sleep) ...
 WAITING_MIN_MS = 0.2  # ... by this much a sample at least
+SLOWER = 1.5  # a worker this many times the others' median ms a sample is slower than they are
 GETITEM = "__getitem__"
+BATCH_LEVEL = ("collate_fn", "items and collate")  # stages outside __getitem__
+FETCHED = (GETITEM, "items and collate")  # the stages that count the samples fetched
 
 
-def _totals(run_dir: Path, fact: dict | None) -> tuple[dict, int]:
-    """stage -> [samples, cpu_ns, wall_ns, where], summed; and how many workers wrote."""
-    summed: dict[str, list] = {}
-    sources = [fact] if fact else []
-    files = sorted((Path(run_dir) / FOLDER).glob("*.json"))
-    for path in files:
+def _sources(run_dir: Path, fact: dict | None) -> tuple[list[dict], list[dict]]:
+    """The training process's totals (if any) and each worker's file."""
+    workers = []
+    for path in sorted((Path(run_dir) / FOLDER).glob("*.json")):
         try:
-            sources.append(json.loads(path.read_text()))
+            workers.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue  # a worker killed while it wrote: its last whole file is gone with it
+    return ([fact] if fact else []), workers
+
+
+def _sum(sources: list[dict], key: str) -> dict[str, list]:
+    """stage -> [count, cpu_ns, wall_ns, where], summed over the sources."""
+    summed: dict[str, list] = {}
     for source in sources:
-        for name, stage in (source.get("stages") or {}).items():
+        for name, stage in (source.get(key) or {}).items():
             entry = summed.setdefault(name, [0, 0, 0, stage.get("where")])
-            entry[0] += stage.get("samples") or 0
+            entry[0] += stage.get("samples") or stage.get("batches") or 0
             entry[1] += stage.get("cpu_ns") or 0
             entry[2] += stage.get("wall_ns") or 0
-    return summed, len(files)
+    return summed
 
 
 def pipeline_summary(run_dir, fact: dict | None) -> dict | None:
-    """{"stages": [{name, where, samples, cpu_ms, wall_ms, waiting}], "workers": N} per
-    sample, the slowest (wall) first; None where nothing was timed."""
-    summed, workers = _totals(run_dir, fact)
-    if not summed:
+    """{"stages": [{name, where, samples, cpu_ms, wall_ms, waiting}] ms a sample, the slowest
+    (wall) first; "batch_stages": [{name, batches, cpu_ms, wall_ms}] ms a batch; "workers":
+    how many ran at once (0: the training thread made the batches); "worker_rows"}; None
+    where nothing was timed."""
+    main, workers = _sources(run_dir, fact)
+    summed = _sum(main + workers, "stages")
+    batch = _sum(main + workers, "batch_stages")
+    if not summed and not batch:
         return None
-    stages = []
-    getitem = summed.get(GETITEM)
-    inside = [0.0, 0.0]  # the transforms' share of __getitem__, ms a sample
-    for name, (samples, cpu_ns, wall_ns, where) in summed.items():
-        if not samples or name == GETITEM:
+    fetched = sum(summed[name][0] for name in FETCHED if name in summed)
+    stages, inside = [], [0.0, 0.0]  # inside: the transforms' and reads' share of __getitem__
+    for name, (count, cpu_ns, wall_ns, where) in summed.items():
+        if not count or name == GETITEM:
             continue
+        samples = count if name in BATCH_LEVEL or not fetched else fetched
         cpu_ms, wall_ms = cpu_ns / samples / 1e6, wall_ns / samples / 1e6
-        if name not in ("collate_fn", "items and collate"):
+        if name not in BATCH_LEVEL:
             inside[0] += cpu_ms
             inside[1] += wall_ms
-        stages.append(_stage(name, where, samples, cpu_ms, wall_ms))
+        stages.append(_stage(name, where, count, cpu_ms, wall_ms))
+    getitem = summed.get(GETITEM)
     if getitem and getitem[0]:
         cpu_ms = max(0.0, getitem[1] / getitem[0] / 1e6 - inside[0])
         wall_ms = max(0.0, getitem[2] / getitem[0] / 1e6 - inside[1])
         stages.append(_stage(f"the rest of {GETITEM}" if inside[1] else GETITEM, getitem[3], getitem[0], cpu_ms,
                              wall_ms))
     stages.sort(key=lambda s: -s["wall_ms"])
-    return {"stages": stages, "workers": workers}
+    batch_stages = [{"name": name, "batches": count, "cpu_ms": round(cpu_ns / count / 1e6, 4),
+                     "wall_ms": round(wall_ns / count / 1e6, 4)}
+                    for name, (count, cpu_ns, wall_ns, _) in batch.items() if count]
+    rows = [row for row in map(_worker_row, workers) if row]
+    return {"stages": stages, "batch_stages": batch_stages, "workers": _at_once(workers),
+            "processes": len(workers), "worker_rows": _flag_slower(rows)}
 
 
 def _stage(name: str, where, samples: int, cpu_ms: float, wall_ms: float) -> dict:
@@ -67,15 +90,69 @@ def _stage(name: str, where, samples: int, cpu_ms: float, wall_ms: float) -> dic
             "waiting": wall_ms > WAITING_RATIO * cpu_ms and wall_ms - cpu_ms > WAITING_MIN_MS}
 
 
+def _at_once(workers: list[dict]) -> int:
+    """The most workers that ran at the same time (workers that start again each epoch
+    leave a file each)."""
+    spans = sorted((w["began"], w["began"] + (w.get("wall_s") or 0)) for w in workers if w.get("began"))
+    if len(spans) < len(workers):
+        return len(workers)  # written by a fastmon that did not say when
+    return max((sum(1 for start, end in spans if start <= began < end) for began, _ in spans), default=0)
+
+
+def _worker_row(worker: dict) -> dict | None:
+    """One worker: ms a sample it took to fetch, the CPU share of that time (computes or
+    waits), and how busy it kept its core over its life."""
+    stages = worker.get("stages") or {}
+    top = [stages[name] for name in (GETITEM, *BATCH_LEVEL) if name in stages]
+    samples = sum(stages[name].get("samples") or 0 for name in FETCHED if name in stages)
+    wall_ns = sum(stage.get("wall_ns") or 0 for stage in top)
+    if not samples or not wall_ns:
+        return None
+    cpu_ns = sum(stage.get("cpu_ns") or 0 for stage in top)
+    life = worker.get("wall_s")
+    return {"pid": worker.get("pid"), "ms_a_sample": round(wall_ns / samples / 1e6, 4),
+            "fetch_cpu_share": round(cpu_ns / wall_ns, 3),
+            "busy": round(worker["cpu_s"] / life, 3) if life and worker.get("cpu_s") is not None else None}
+
+
+def _flag_slower(rows: list[dict]) -> list[dict]:
+    rows.sort(key=lambda row: -row["ms_a_sample"])
+    for i, row in enumerate(rows):
+        others = [r["ms_a_sample"] for j, r in enumerate(rows) if j != i]
+        row["slower"] = bool(others) and row["ms_a_sample"] >= SLOWER * statistics.median(others)
+    return rows
+
+
 def pipeline_lines(pipeline: dict | None) -> list[str]:
-    """The report's lines: where a sample's time goes, stage by stage."""
+    """The report's lines: where a sample's time goes, stage by stage; then per batch; then
+    the workers."""
     if not pipeline:
         return []
-    where = "in the training thread" if not pipeline["workers"] else (
-        f"in {pipeline['workers']} DataLoader worker process{'es' if pipeline['workers'] > 1 else ''}")
-    lines = [f"  data pipeline, ms a sample (CPU / wall, {where}, the slowest first):"]
+    at_once = pipeline["workers"]
+    where = "in the training thread" if not at_once else (
+        f"in {at_once} DataLoader worker process{'es' if at_once > 1 else ''}")
+    lines = []
+    if pipeline["stages"]:
+        lines.append(f"  data pipeline, ms a sample (CPU / wall, {where}, the slowest first):")
     for stage in pipeline["stages"]:
         at = f" ({stage['where']})" if stage["where"] else ""
         waits = " — waits (a read, a sleep), not CPU" if stage["waiting"] else ""
         lines.append(f"    {stage['name']}{at}: {stage['cpu_ms']:.3f} / {stage['wall_ms']:.3f}{waits}")
+    for stage in pipeline.get("batch_stages") or ():
+        # taking a batch: its wall is the wait for it (data_wait); its CPU is the unpickling
+        wall = f" / {stage['wall_ms']:.3f}" if stage["name"] != HANDOFF else " CPU"
+        lines.append(f"    {stage['name']}, a batch on the training process: {stage['cpu_ms']:.3f}{wall}")
+    rows = pipeline.get("worker_rows") or []
+    if rows:
+        processes = pipeline.get("processes") or len(rows)
+        over = f" ({processes} processes over the run)" if processes > at_once else ""
+        busy = [row["busy"] for row in rows if row.get("busy") is not None]
+        computes = statistics.median(row["fetch_cpu_share"] for row in rows)
+        line = (f"    workers: {at_once} at once{over}; fetching, they compute {computes:.0%} of the time"
+                + (f", each kept {statistics.median(busy):.2f} of a core busy" if busy else ""))
+        lines.append(line)
+        for row in rows:
+            if row["slower"]:
+                lines.append(f"    worker pid {row['pid']}: {row['ms_a_sample']:.3f} ms a sample, slower than the "
+                             f"others' median")
     return lines

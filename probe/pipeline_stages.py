@@ -1,18 +1,21 @@
 """Inside the data pipeline: where producing a sample takes its time. Per sample, the
 dataset's ``__getitem__`` (or an iterable dataset's next item), within it each transform of
 a ``transforms`` list (torchvision's ``Compose`` and ``v2.Compose``, or any object that
-holds its steps so) of the dataset's ``transform`` / ``target_transform``, and the batch's
-``collate_fn``; each as CPU time of its thread and as wall time (a stage whose wall is far
-above its CPU waits: a read, a sleep).
+holds its steps so) of the dataset's ``transform`` / ``target_transform``, image reads and
+decodes through PIL or ``torchvision.io``, and the batch's ``collate_fn``; each as CPU time
+of its thread and as wall time (a stage whose wall is far above its CPU waits: a read, a
+sleep). Per batch, on the training process: taking it from a worker (unpickling, on the
+training thread) and the pin-memory thread's copy.
 
-Timed in the processes that make the batches: the training thread (``num_workers=0``,
-only in the steps the probe times; its totals go as the ``pipeline`` fact) and forked
-DataLoader workers (one batch in ``WORKER_EVERY``; the probe is otherwise off there). A
-worker has no channel: it writes its totals to ``FASTMON_RUN_DIR/pipeline/<rank>-<pid>.json``
-at most once a second, and the monitor reads the folder (``fastmon.pipeline``). Workers started with
-spawn or forkserver do not inherit the probe and are not timed. A transform is wrapped in
-place in its list (``TimedStage``, which passes every attribute on); a sample, its order
-and its values are never touched.
+Timed where the batches are made: the training thread (``num_workers=0``, only in the
+steps the probe times; its totals go as the ``pipeline`` fact) and DataLoader workers (one
+batch in ``WORKER_EVERY``), whatever their start method: torch starts each worker with
+``timed_worker_loop`` as its target, which sets the timing up in that process (a spawned
+one imports this module afresh) and runs torch's loop. A worker writes its totals to
+``FASTMON_RUN_DIR/pipeline/<rank>-<pid>.json`` at most once a second (a side channel: never
+inside a batch); the monitor reads the folder (``fastmon.pipeline``). A transform is wrapped
+in place in its list (``TimedStage``, which passes every attribute on); a sample, its
+order and its values are never touched.
 """
 
 from __future__ import annotations
@@ -20,40 +23,61 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sys
+import threading
 import time
 
 import torch._utils as torch_utils
 import torch.utils.data._utils.fetch as fetch
+import torch.utils.data._utils.pin_memory as pinning
+import torch.utils.data._utils.worker as torch_worker
+import torch.utils.data.dataloader as dataloader
 
+from fastmon.common.pipeline_names import FOLDER, HANDOFF, PIN
 from fastmon.probe.guard import Part
 
-WORKER_EVERY = 8  # a worker times one batch in this many
+WORKER_EVERY = 8  # a worker times one batch in this many: its 2nd (the 1st is cold), 10th, 18th...
 WRITE_EVERY_S = 1.0
-FOLDER = "pipeline"
+FETCHERS = (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher)
+# Image reads and decodes, by module and attribute: user code calls them through the module
+# (``Image.open``, ``torchvision.io.decode_image``); a name imported early is not seen.
+DECODERS = (("PIL.Image", None, "open", "image open (PIL)"),
+            ("PIL.ImageFile", "ImageFile", "load", "image decode (PIL)"),
+            *(("torchvision.io", None, name, f"{name} (torchvision.io)")
+              for name in ("read_file", "read_image", "decode_image", "decode_jpeg", "decode_png")))
 
+_WORKER_LOOP = torch_worker._worker_loop  # torch's own, whether or not this process patched it
 _timing = False  # whether the batch being fetched is timed (transforms read it)
 _stats: dict[str, list] = {}  # stage -> [samples, cpu_ns, wall_ns, where]
+_batch_stats: dict[str, list] = {}  # per-batch stage -> [batches, cpu_ns, wall_ns]
 _written = 0.0
 _batches = 0
-_worker_path: str | None = None  # in a forked worker: where its totals go
-_forked = False  # a forked process that has not fetched yet
+_started = 0.0  # a worker's start (monotonic)
+_began = None  # and as the wall clock's time: workers that ran at once are told from those after
+_cpu_at_start = 0.0  # a worker's CPU before its loop: a spawned one's imports are not its work
+_worker_path: str | None = None  # in a DataLoader worker: where its totals go
+_main_timing = None  # in the training process: whether this step is timed (the part sets it)
 _where: dict = {}  # a class or function -> its file:line
+_pin_depth = threading.local()  # pin_memory calls itself for each element of a batch
 
 
-def _add(stage: str, where: str | None, samples: int, cpu_ns: int, wall_ns: int) -> None:
-    entry = _stats.get(stage)
+def _add(table: dict, stage: str, where, count: int, cpu_ns: int, wall_ns: int) -> None:
+    entry = table.get(stage)
     if entry is None:
-        entry = _stats[stage] = [0, 0, 0, where]
-    entry[0] += samples
+        entry = table[stage] = [0, 0, 0, where]
+    entry[0] += count
     entry[1] += cpu_ns
     entry[2] += wall_ns
 
 
 def totals() -> dict:
     """This process's stage totals so far."""
-    return {"pid": os.getpid(), "cpu_s": time.process_time(),
+    return {"pid": os.getpid(), "cpu_s": time.process_time() - _cpu_at_start, "began": _began,
+            "wall_s": time.monotonic() - _started if _started else None,
             "stages": {name: {"samples": s, "cpu_ns": c, "wall_ns": w, "where": where}
-                       for name, (s, c, w, where) in list(_stats.items())}}  # (list: atomic, as it grows)
+                       for name, (s, c, w, where) in list(_stats.items())},  # (list: atomic, as it grows)
+            "batch_stages": {name: {"batches": b, "cpu_ns": c, "wall_ns": w}
+                             for name, (b, c, w, _) in list(_batch_stats.items())}}
 
 
 def _write(now: float) -> None:
@@ -80,7 +104,7 @@ class TimedStage:
         try:
             return self.inner(*args, **kwargs)
         finally:
-            _add(self.stage, self.where, 1, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
+            _add(_stats, self.stage, self.where, 1, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -88,7 +112,7 @@ class TimedStage:
     def __repr__(self) -> str:
         return repr(self.inner)
 
-    def __reduce__(self):  # pickled (a spawned worker): the transform itself, untimed there
+    def __reduce__(self):  # pickled (a spawned worker, a saved dataset): the transform itself
         return (_unwrapped, (self.inner,))
 
 
@@ -112,79 +136,188 @@ def stage_name(obj) -> str:
     return getattr(obj, "__name__", None) or type(obj).__name__
 
 
+def wrap_transforms(dataset) -> None:
+    """Wrap the steps of the dataset's transforms, once; and find where the dataset's class
+    is now, not in a timed batch (it reads its source)."""
+    where_defined(dataset)
+    for attribute in ("transform", "target_transform", "transforms"):
+        pipeline = getattr(dataset, attribute, None)
+        steps = getattr(pipeline, "transforms", None)
+        if isinstance(steps, list):
+            for i, step in enumerate(steps):
+                if callable(step) and not isinstance(step, TimedStage):
+                    steps[i] = TimedStage(step, stage_name(step), where_defined(step))
+
+
+def _timed_call(original, stage: str):
+    """A read or decode, timed inside a timed batch only."""
+    def timed(*args, **kwargs):
+        if not _timing:
+            return original(*args, **kwargs)
+        cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _add(_stats, stage, None, 1, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
+
+    timed.__wrapped__ = original
+    timed._fastmon = True
+    return timed
+
+
+def _fetch_for(original, iterable: bool):
+    def timed_fetch(fetcher, index):
+        global _batches
+        if _worker_path is not None:
+            _batches += 1
+            if (_batches - 2) % WORKER_EVERY:
+                return original(fetcher, index)
+        elif _main_timing is None or not _main_timing():
+            return original(fetcher, index)
+        return _timed(fetcher, index, original, iterable)
+
+    timed_fetch.__wrapped__ = original
+    timed_fetch._fastmon = True
+    return timed_fetch
+
+
+class _Patches:
+    """Attributes replaced, to put back (``uninstall``); a target patched once."""
+
+    def __init__(self) -> None:
+        self.replaced: list[tuple[object, str, object]] = []
+
+    def set(self, owner, name: str, make) -> None:
+        original = getattr(owner, name, None)
+        if original is None or getattr(original, "_fastmon", False):
+            return
+        setattr(owner, name, make(original))
+        self.replaced.append((owner, name, original))
+
+    def undo(self) -> None:
+        while self.replaced:
+            owner, name, original = self.replaced.pop()
+            setattr(owner, name, original)
+
+
+_patches = _Patches()
+
+
+def _patch_fetchers() -> None:
+    for cls in FETCHERS:
+        _patches.set(cls, "fetch", lambda original, cls=cls: _fetch_for(original, cls is fetch._IterableDatasetFetcher))
+
+
+def _patch_decoders() -> None:
+    """Reads and decodes through the image libraries the process has imported (a dataset
+    imports them before its DataLoader is built)."""
+    for module_name, class_name, name, stage in DECODERS:
+        owner = sys.modules.get(module_name)
+        if owner is not None and class_name:
+            owner = getattr(owner, class_name, None)
+        if owner is not None:
+            _patches.set(owner, name, lambda original, stage=stage: _timed_call(original, stage))
+
+
+def timed_worker_loop(*args, **kwargs):
+    """torch's DataLoader worker loop, as the worker process's target (fork, spawn and
+    forkserver alike): its stage timing set up first. A spawned worker unpickles this
+    function by name, importing this module afresh."""
+    try:
+        _as_worker(args[1] if len(args) > 1 else kwargs.get("dataset"))
+    except Exception:
+        pass  # a worker that cannot time its batches makes them untimed
+    return _WORKER_LOOP(*args, **kwargs)
+
+
+timed_worker_loop._fastmon = True
+
+
+def _as_worker(dataset) -> None:
+    """This process is a DataLoader worker: its own totals (a forked one inherited the
+    trainer's), written to its file; an error it sends the trainer reads as without fastmon."""
+    global _stats, _batch_stats, _batches, _written, _started, _began, _cpu_at_start, _worker_path
+    _stats, _batch_stats, _batches, _written = {}, {}, 0, 0.0
+    _started, _began, _cpu_at_start = time.monotonic(), time.time(), time.process_time()
+    run_dir = os.environ.get("FASTMON_RUN_DIR")
+    if not run_dir:
+        return
+    folder = os.path.join(run_dir, FOLDER)
+    os.makedirs(folder, exist_ok=True)
+    _patch_fetchers()  # a spawned worker: torch imported afresh, unpatched
+    if dataset is not None:
+        wrap_transforms(dataset)
+    _patch_decoders()
+    _patches.set(torch_utils.ExceptionWrapper, "__init__", _errors_without_own_frames)
+    _worker_path = os.path.join(folder, f"{os.environ.get('RANK', '0')}-{os.getpid()}.json")
+
+
+def _errors_without_own_frames(original):
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if isinstance(getattr(self, "exc_msg", None), str):
+            self.exc_msg = without_own_frames(self.exc_msg)
+
+    __init__._fastmon = True
+    return __init__
+
+
+def _handoff_for(original):
+    """Taking a batch from the workers' queue on the training thread: its CPU time is the
+    unpickling (tensors rebuilt from shared memory), not the wait."""
+    def _try_get_data(iterator, *args, **kwargs):
+        if _main_timing is None or not _main_timing() or iterator._pin_memory:
+            return original(iterator, *args, **kwargs)
+        cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
+        got = original(iterator, *args, **kwargs)
+        if got[0]:
+            _add(_batch_stats, HANDOFF, None, 1, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
+        return got
+
+    _try_get_data._fastmon = True
+    return _try_get_data
+
+
+def _pin_for(original):
+    """The pin-memory thread's copy of a batch (it calls pin_memory again for each element:
+    the outer call is the batch)."""
+    def pin_memory(data, *args, **kwargs):
+        if getattr(_pin_depth, "n", 0):
+            return original(data, *args, **kwargs)
+        _pin_depth.n = 1
+        cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
+        try:
+            return original(data, *args, **kwargs)
+        finally:
+            _pin_depth.n = 0
+            _add(_batch_stats, PIN, None, 1, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
+
+    pin_memory._fastmon = True
+    return pin_memory
+
+
 class PipelinePart(Part):
     name = "pipeline"
 
-    def __init__(self, probe) -> None:
-        super().__init__(probe)
-        self.originals = {cls: cls.fetch for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher)}
-
     def install(self) -> None:
-        run_dir = os.environ.get("FASTMON_RUN_DIR")
-        self.folder = os.path.join(run_dir, FOLDER) if run_dir else None
-        os.register_at_fork(after_in_child=self._in_child)
-        clock = self.probe.clock
-        for cls, original in self.originals.items():
-            iterable = cls is fetch._IterableDatasetFetcher
-
-            def timed_fetch(fetcher, index, _original=original, _iterable=iterable):
-                global _batches, _forked
-                if _forked:  # the first fetch of a forked process: a DataLoader worker
-                    _forked = False
-                    part._as_worker()
-                if _worker_path is not None:
-                    _batches += 1
-                    if _batches % WORKER_EVERY:
-                        return _original(fetcher, index)
-                elif not clock.timing or not part.on:
-                    return _original(fetcher, index)
-                return _timed(fetcher, index, _original, _iterable)
-
-            part = self
-            timed_fetch.__wrapped__ = original
-            cls.fetch = timed_fetch
-
-    def _in_child(self) -> None:
-        """A forked process: its own totals, set up at its first fetch (a DataLoader worker;
-        a fork that never fetches pays nothing here)."""
-        global _forked, _stats, _batches, _written
-        _forked, _stats, _batches, _written = True, {}, 0, 0.0
-
-    def _as_worker(self) -> None:
-        """The first fetch of a forked process: its totals go to its file, and an error it
-        sends the trainer reads as without fastmon."""
-        global _worker_path
-        if self.folder is None:
-            return
-        os.makedirs(self.folder, exist_ok=True)
-        _worker_path = os.path.join(self.folder, f"{self.probe.rank}-{os.getpid()}.json")
-        wrapper = torch_utils.ExceptionWrapper
-        if not getattr(wrapper.__init__, "_fastmon", False):
-            original = wrapper.__init__
-
-            def __init__(self, *args, **kwargs):
-                original(self, *args, **kwargs)
-                if isinstance(getattr(self, "exc_msg", None), str):
-                    self.exc_msg = without_own_frames(self.exc_msg)
-
-            __init__._fastmon = True
-            wrapper.__init__ = __init__
+        global _main_timing
+        clock, part = self.probe.clock, self
+        _main_timing = lambda: clock.timing and part.on  # noqa: E731
+        _patch_fetchers()
+        _patches.set(torch_worker, "_worker_loop", lambda original: timed_worker_loop)
+        _patches.set(dataloader._MultiProcessingDataLoaderIter, "_try_get_data", _handoff_for)
+        _patches.set(pinning, "pin_memory", _pin_for)
 
     def watch(self, dataset) -> None:
-        """Wrap the steps of the dataset's transforms, once (called as a DataLoader is built),
-        and find where the dataset's class is now: not in a step (it reads its source)."""
-        where_defined(dataset)
-        for attribute in ("transform", "target_transform", "transforms"):
-            pipeline = getattr(dataset, attribute, None)
-            steps = getattr(pipeline, "transforms", None)
-            if isinstance(steps, list):
-                for i, step in enumerate(steps):
-                    if callable(step) and not isinstance(step, TimedStage):
-                        steps[i] = TimedStage(step, stage_name(step), where_defined(step))
+        """A DataLoader is built: its dataset's transforms and the image libraries imported by
+        now are timed from here on."""
+        wrap_transforms(dataset)
+        _patch_decoders()
 
     def uninstall(self) -> None:
-        for cls, original in self.originals.items():
-            cls.fetch = original
+        global _main_timing
+        _main_timing = None
+        _patches.undo()
 
 
 def _timed(fetcher, index, original, iterable: bool):
@@ -196,14 +329,15 @@ def _timed(fetcher, index, original, iterable: bool):
             cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
             batch = original(fetcher, index)
             samples = len(index) if fetcher.auto_collation else 1
-            _add("items and collate", None, samples, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
+            _add(_stats, "items and collate", None, samples, time.thread_time_ns() - cpu,
+                 time.perf_counter_ns() - wall)
             return batch
         cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
         data = [fetcher.dataset[i] for i in index]
         cpu2, wall2 = time.thread_time_ns(), time.perf_counter_ns()
-        _add("__getitem__", where_defined(fetcher.dataset), len(data), cpu2 - cpu, wall2 - wall)
+        _add(_stats, "__getitem__", where_defined(fetcher.dataset), len(data), cpu2 - cpu, wall2 - wall)
         batch = fetcher.collate_fn(data)
-        _add("collate_fn", None, len(data), time.thread_time_ns() - cpu2, time.perf_counter_ns() - wall2)
+        _add(_stats, "collate_fn", None, len(data), time.thread_time_ns() - cpu2, time.perf_counter_ns() - wall2)
         return batch
     finally:
         _timing = False

@@ -300,6 +300,29 @@ def test_a_fraction_of_a_core_spare_is_worth_a_worker_where_the_step_computes_be
     assert "0.8 of 2 cores spare" in advice.evidence
 
 
+def test_workers_that_compute_on_every_core_are_called_core_bound_citing_their_cpu():
+    def advice(workers_cpu, trainer=0.3, others=0.0, workers=2):
+        fact_set = facts(loader=dict(LOADER, num_workers=workers))
+        fact_set.host_cpu = {"trainer": trainer, "workers": workers_cpu, "others": others}
+        return fired(rows(ms=STARVED), fact_set)["dataloader.num_workers"]
+
+    # two CPU-bound workers on 2 cores (slow_transform.py --workers 2): the cores are the limit
+    full = advice(1.7)
+    assert full.kind == "suggestion" and full.apply is None and "the workers fill the cores" in full.title
+    assert "the 2 workers keep 1.7 of 2 cores busy (0.85 each: they compute, not wait)" in full.evidence
+    # workers that wait (a disk, a sleep) leave cores idle: more workers, searched live
+    waiting = advice(0.2)
+    assert waiting.apply is not None and waiting.apply.params == {"num_workers": 4}
+    # one computing worker with a core idle: a second one has a core to run on
+    assert advice(0.95, workers=1).apply is not None
+    # the pipeline's timing says how much of their fetching computes: it decides over the sampled share
+    timed = facts(loader=dict(LOADER, num_workers=2), pipeline_stages={"workers": 2, "stages": [], "worker_rows": [
+        {"pid": 1, "ms_a_sample": 2.8, "fetch_cpu_share": 0.75, "busy": 0.7, "slower": False}] * 2})
+    timed.host_cpu = {"trainer": 0.5, "workers": 0.9, "others": 0.5}
+    found = fired(rows(ms=STARVED), timed)["dataloader.num_workers"]
+    assert "(fetching, they compute 75% of the time)" in found.evidence and found.apply is None
+
+
 def test_torch_threads_beyond_the_cores_other_processes_leave_are_advised_fewer():
     def advice(threads=2, others=1.0, samples=6, ms=None):
         return fired(rows(ms=ms), with_cores(facts(settings={"threads": threads}), others, samples)).get(

@@ -6,26 +6,44 @@ computes."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
-from conftest import SCRIPTS
+from conftest import SCRIPTS, clean_env
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("workers", [0, 1, 2])
-def test_the_slow_transform_is_named_with_its_line_and_its_cpu_cost(run_fastmon, report, workers):
-    out = run_fastmon("run", "--headless", SCRIPTS / "slow_transform.py", "--workers", workers)
+@pytest.mark.parametrize("workers,start", [(0, None), (1, None), (2, "spawn")])
+def test_the_slow_transform_is_named_with_its_line_and_its_cpu_cost(run_fastmon, report, workers, start):
+    more = ("--start", start) if start else ()
+    out = run_fastmon("run", "--headless", SCRIPTS / "slow_transform.py", "--workers", workers, *more)
     assert out.returncode == 0, out.stderr
     alone = float(re.search(r"alone ([\d.]+) ms", out.stdout)[1])
     pipeline = report()["pipeline"]
     slowest = pipeline["stages"][0]
-    assert (slowest["name"], slowest["where"]) == ("SlowBlur", "slow_transform.py:32")
+    assert (slowest["name"], slowest["where"]) == ("SlowBlur", "slow_transform.py:33")
     assert slowest["cpu_ms"] == pytest.approx(alone, rel=0.25) and not slowest["waiting"]
     assert {s["name"] for s in pipeline["stages"]} == {"SlowBlur", "Scale", "Clamp", "collate_fn",
                                                         "the rest of __getitem__"}
     assert pipeline["workers"] == workers
-    assert "SlowBlur (slow_transform.py:32): " in out.stderr  # the report's line
+    assert "SlowBlur (slow_transform.py:33): " in out.stderr  # the report's line
+    if workers:  # each worker process: how much of its fetching computes, how busy its core
+        assert len(pipeline["worker_rows"]) == workers
+        assert all(row["fetch_cpu_share"] > 0.5 for row in pipeline["worker_rows"]), pipeline["worker_rows"]
+        handoff = {s["name"]: s for s in pipeline["batch_stages"]}["taking a batch from a worker"]
+        assert 0 < handoff["cpu_ms"] < 20 and handoff["batches"] > 0
+
+
+@pytest.mark.e2e
+def test_two_workers_computing_on_two_cores_are_called_core_bound(run_fastmon, report):
+    out = run_fastmon("run", "--headless", SCRIPTS / "slow_transform.py", "--workers", "2", "--batches", "200")
+    assert out.returncode == 0, out.stderr
+    advice = {a["id"]: a for a in report()["advice"]}["dataloader.num_workers"]
+    assert "the workers fill the cores" in advice["title"] and advice["kind"] == "suggestion", advice
+    assert re.search(r"the 2 workers keep [\d.]+ of 2 cores busy \(fetching, they compute \d+% of the time\)",
+                     advice["evidence"])
 
 
 @pytest.mark.e2e
@@ -48,6 +66,21 @@ def test_a_data_bound_run_is_told_which_stage_to_make_cheaper(run_fastmon, repor
     assert summary["verdict"]["issue"].startswith("data-bound") and "SlowBlur" in summary["verdict"]["next"]
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", [0, 2])
+def test_reads_and_decodes_are_stages_and_every_sample_and_its_order_stay_as_without_fastmon(
+        run_fastmon, report, tmp_path, workers):
+    script = (SCRIPTS / "image_folder.py", "--workers", str(workers))
+    bare = subprocess.run([sys.executable, *script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=clean_env())
+    probed = run_fastmon("run", "--headless", *script)
+    assert bare.returncode == 0 == probed.returncode, probed.stderr
+    assert probed.stdout.count("batch ") == 24 and probed.stdout == bare.stdout  # each batch's samples, pixels, order
+    stages = {s["name"]: s for s in report()["pipeline"]["stages"]}
+    assert {"image decode (PIL)", "image open (PIL)"} <= stages.keys(), stages
+    assert stages["image decode (PIL)"]["cpu_ms"] > 0.01  # a 64x64 JPEG: ~0.1 ms here
+
+
 class Resize:
     size = 224
 
@@ -58,16 +91,16 @@ class Resize:
 def test_a_timed_transform_is_its_transform_to_every_caller_and_to_pickle():
     import pickle
 
-    from fastmon.probe.pipeline_stages import PipelinePart, TimedStage
+    from fastmon.probe.pipeline_stages import TimedStage, wrap_transforms
 
     class Dataset:
         transform = type("Compose", (), {"transforms": [Resize(), abs]})()
 
-    PipelinePart.watch(None, Dataset)
+    wrap_transforms(Dataset)
     steps = Dataset.transform.transforms
     assert all(isinstance(step, TimedStage) for step in steps)
     assert steps[0](3) == 6 and steps[1](-2) == 2 and steps[0].size == 224  # same results, same attributes
     assert repr(steps[0]) == repr(steps[0].inner)
     assert isinstance(pickle.loads(pickle.dumps(steps[0])), Resize)  # a spawned worker gets the transform itself
-    PipelinePart.watch(None, Dataset)
+    wrap_transforms(Dataset)
     assert not isinstance(Dataset.transform.transforms[0].inner, TimedStage)  # wrapped once

@@ -8,6 +8,8 @@ Not while the workers restart at every epoch with a visible stall
 (``dataloader.persistent_workers``): that stall is data_wait too, which more workers
 lengthen rather than hide; once the workers persist, the steady wait decides, without
 their one start-up.
+Not where the workers already compute on every core (their CPU use, sampled, proves it):
+then the cores are the limit, and it says so.
 Not where a worker cannot help: an in-memory dataset collated by torch's default
 (indexing tensors costs less than taking a batch from a worker), or a wait too short to pay a worker's handover of ~1 ms a
 batch (``benchmarks/results/worker_handover.md``); the estimate counts that handover.
@@ -15,6 +17,8 @@ How to fix: more workers. fastmon searches the count live (doubling, measuring e
 keeping the best) because loading is often I/O- or sleep-bound and scales past the
 core count; make the winner permanent with ``DataLoader(..., num_workers=N)``.
 """
+
+import statistics
 
 from fastmon.advisor.knobs import loader_setting
 from fastmon.advisor.rules.dataloader_persistent_workers import MIN_STARTUP_S, restart_stall, startups
@@ -29,6 +33,7 @@ WORKER_BATCH_COST_S = 1e-3  # the training process's time to take one batch from
 MIN_GAIN = 1.10  # below this the estimate is within what a live measurement can tell
 CPU_BOUND = 0.5  # loading that keeps the training thread busy this share of its wait is CPU work
 NO_SPARE_CORES = 0.1  # cores spare at most this: none (a fraction more is a worker's share of a core)
+FULL_IDLE = 0.25  # the machine idle at most this many cores while workers compute: it is full (sampling noise)
 IN_MEMORY_DATASETS = frozenset({"TensorDataset", "StackDataset"})
 
 
@@ -86,6 +91,27 @@ def predicted_gain(window, total: float, startup: float, current: int, workers: 
     return (compute + wait) / with_workers if with_workers > 0 else 1.0
 
 
+def cores_full(facts, current: int) -> str | None:
+    """The workers compute (their fetches are CPU at least ``CPU_BOUND`` of their time, as
+    the data pipeline's timing shows; else each busy that share of a core, as sampled) and
+    the machine has no core idle: why more workers would not help, in numbers; else None."""
+    cores = facts.host_cpu
+    if not current or not cores:
+        return None
+    each = cores["workers"] / current
+    rows = (facts.values.get("pipeline_stages") or {}).get("worker_rows") or []
+    computes = statistics.median(row["fetch_cpu_share"] for row in rows) if rows else None
+    idle = facts.host_cpu_count - cores["trainer"] - cores["workers"] - cores["others"]
+    if (each if computes is None else computes) < CPU_BOUND or idle > FULL_IDLE:
+        return None
+    how = f"fetching, they compute {computes:.0%} of the time" if computes is not None else \
+        f"{each:.2f} each: they compute, not wait"
+    return (f"the {current} worker{'s' if current > 1 else ''} keep {cores['workers']:.1f} of "
+            f"{facts.host_cpu_count} cores busy ({how}), the training process {cores['trainer']:.1f}"
+            + (f", other processes {cores['others']:.1f}" if cores["others"] >= 0.1 else "")
+            + f"; {max(idle, 0.0):.1f} idle")
+
+
 def check(window, facts):
     loader = facts.training_loader()
     if window.steps < MIN_STEPS or loader is None or restart_stall(window, facts) is not None:
@@ -109,6 +135,15 @@ def check(window, facts):
                 f"{window.step_median * 1e3:.1f} ms step) with DataLoader(num_workers={current})")
     if startup:
         evidence += f", leaving out {startup:.1f} s of workers starting up"
+    full = cores_full(facts, current)
+    if full:
+        return Advice(ID, "Make loading cheaper: the workers fill the cores, more would not help",
+                      f"{evidence}; {full}", None, CODE_CHANGE, kind=SUGGESTION,
+                      fix="load less work per sample (decode once and cache, lighter transforms, the heavy ones "
+                          "on the GPU after the copy), or run where more cores are free",
+                      why="each worker computes its batches; with no core idle, another worker only shares the same "
+                          "cores",
+                      location=loader.get("location"))
     if cpu_share is not None and cpu_share >= CPU_BOUND:
         evidence += (f"; the loading is CPU work ({cpu_share:.0%} of the wait), {max(spare, 0.0):.1f} of "
                      f"{facts.host_cpu_count} cores spare beside torch's {facts.settings.get('threads') or '?'} "

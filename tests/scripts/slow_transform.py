@@ -1,5 +1,5 @@
 """A dataset whose transform is a Compose of three steps, one of them ~2 ms of CPU a sample
-(SlowBlur), under --workers N; --sleepy makes the dataset's read wait 2 ms (a slow disk)
+(SlowBlur), under --workers N started by --start (fork, spawn, forkserver); --sleepy makes the dataset's read wait 2 ms (a slow disk)
 instead. Prints SlowBlur's cost timed alone first: "alone <ms> ms"."""
 import argparse
 import time
@@ -11,6 +11,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--workers", type=int, default=0)
 parser.add_argument("--batches", type=int, default=60)
 parser.add_argument("--sleepy", action="store_true")
+parser.add_argument("--start", default=None, help="the workers' start method")
 args = parser.parse_args()
 
 
@@ -55,16 +56,22 @@ class Images(Dataset):
         return self.transform(torch.full((16,), float(i))), i % 2
 
 
-blur = SlowBlur()
-start = time.thread_time()
-for _ in range(50):
-    blur(torch.zeros(16))
-print(f"alone {(time.thread_time() - start) / 50 * 1000:.3f} ms", flush=True)
-steps = [Scale(), Clamp()] if args.sleepy else [Scale(), SlowBlur(), Clamp()]
-loader = DataLoader(Images(Compose(steps)), batch_size=8, num_workers=args.workers)
-model = torch.nn.Linear(16, 2)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-for x, y in loader:
-    optimizer.zero_grad()
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    optimizer.step()
+def main():
+    blur = SlowBlur()
+    start = time.thread_time()
+    for _ in range(50):
+        blur(torch.zeros(16))
+    print(f"alone {(time.thread_time() - start) / 50 * 1000:.3f} ms", flush=True)
+    steps = [Scale(), Clamp()] if args.sleepy else [Scale(), SlowBlur(), Clamp()]
+    loader = DataLoader(Images(Compose(steps)), batch_size=8, num_workers=args.workers,
+                        multiprocessing_context=args.start if args.workers else None)
+    model = torch.nn.Linear(16, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":  # a spawned worker imports this file again
+    main()
