@@ -48,6 +48,10 @@ SPAWN_NOTE_S = 30  # seconds on screen: it explains an empty dashboard
 # ``PANEL``. A new panel is its module and its name here (ARCHITECTURE.md, "A new panel, a worked example").
 LEFT = ("step_breakdown", "shares_bar", "gpu_line")
 BESIDE = ("gpu_panel", "host_panel")  # side by side under them, where there is room
+# Shown by `l` in those panels' place, at their height, so the chart keeps its size (at 80
+# columns, where they are hidden, in the chart's room): a view a user asks for, not a
+# third panel squeezed beside them.
+INSTEAD = ("pipeline_panel",)
 
 
 class FastmonApp(App[str | None]):
@@ -63,6 +67,7 @@ class FastmonApp(App[str | None]):
         Binding("enter", "detail", "Detail", show=False),
         Binding("c", "applied", "Applied"),
         Binding("p", "pause", "Pause charts"),
+        Binding("l", "pipeline", "Pipeline", show=False),  # in the help, as e and t
         Binding("s", "screenshot_svg", "Save SVG", show=False),
         Binding("e", "export", "Export trace", show=False),  # in the help: the footer is full at 80 columns
         Binding("t", "profile", "torch.profiler", show=False),
@@ -84,6 +89,7 @@ class FastmonApp(App[str | None]):
         self.session = session
         self.exit_on_finish = exit_on_finish
         self.paused = False
+        self.pipeline_view = False  # `l`: the data pipeline in the GPU and host panels' place
         self.snapshot = None
         self.stopping = False
         self.redraws = 0
@@ -103,6 +109,7 @@ class FastmonApp(App[str | None]):
                 yield from placed(LEFT)
                 with Horizontal(id="panels"):
                     yield from placed(BESIDE)
+                yield from placed(INSTEAD)
             with Vertical(id="right"):
                 yield Outcome(id="outcome")
                 yield Static("Advice  (enter: detail" + ("" if self.source.replay else " · a: apply · d: dismiss")
@@ -130,6 +137,7 @@ class FastmonApp(App[str | None]):
         base.set_class(width < NARROW_WIDTH, "narrow")
         base.set_class(height < SHORT_HEIGHT, "short")
         base.set_class(height < TINY_HEIGHT, "tiny")
+        base.set_class(self.pipeline_view, "pipeline")  # the CSS swaps the views
         if self.snapshot is not None:
             try:
                 self._place_gpu(base, bool(self.snapshot.gpu))
@@ -182,9 +190,10 @@ class FastmonApp(App[str | None]):
 
     def _place_gpu(self, base, has_gpu: bool) -> None:
         """The GPU panel where there is a GPU and room; the one-line form where there is no
-        room; on a machine without one, one dim line saying why, and the host panel's width."""
+        room or the pipeline view has its place; on a machine without one, one dim line
+        saying why, and the host panel's width."""
         base.query_one(GpuPanel).display = has_gpu
-        base.query_one(GpuLine).display = not has_gpu or base.has_class("narrow")
+        base.query_one(GpuLine).display = not has_gpu or base.has_class("narrow") or base.has_class("pipeline")
 
     def _pace(self, snap) -> None:
         cores = snap.host.get("cpu_per_core") or []
@@ -257,6 +266,10 @@ class FastmonApp(App[str | None]):
         self.paused = not self.paused
         self.notify("Charts paused (training continues)" if self.paused else "Charts resumed", timeout=2)
         self.redraw()
+
+    def action_pipeline(self) -> None:
+        self.pipeline_view = not self.pipeline_view
+        self._layout_for(self.size.width, self.size.height)
 
     def action_screenshot_svg(self) -> None:
         """The screen as an SVG in the run's folder (Textual's own default is ~/Downloads,

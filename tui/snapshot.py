@@ -16,6 +16,7 @@ from fastmon.advisor.window import Window, recent
 from fastmon.common.run_status import ENDED_STATUSES, RunStatus
 from fastmon.live_state import LOSS_HISTORY, RSS_HISTORY, training_rss
 from fastmon.permanent import line_text, permanent_changes
+from fastmon.pipeline import pipeline_summary
 from fastmon.printed_loss import printed_losses
 from fastmon.rederive import advice_now, advised_by_other_rules
 from fastmon.common.phases import COLUMN, PHASES, StepRow
@@ -75,6 +76,7 @@ class Snapshot:
     experiment: dict | None = None  # the live change being measured (ExperimentRunner.progress)
     outcome: dict | None = None  # once the run has ended: ``before_after`` and ``permanent`` (the report's)
     selected: StepRow | None = None  # in replay: the step at the scrubber
+    pipeline: dict | None = None  # the data pipeline's stages, the slowest first (fastmon.pipeline); None: none timed
 
 
 def chart_buckets(rows: list) -> tuple[list[dict], int, list[int]]:
@@ -107,7 +109,8 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
           advice, applied, dropped, replay=None, capturing=False, current: Window | None = None,
           flops_count: dict | None = None, gpu_busy: dict | None = None, experiment: dict | None = None,
           outcome: dict | None = None, selected: StepRow | None = None, rss: list = (),
-          losses: list = (), gpu_run: list = (), nodes_lost: dict | None = None) -> Snapshot:
+          losses: list = (), gpu_run: list = (), nodes_lost: dict | None = None,
+          pipeline: dict | None = None) -> Snapshot:
     """``run``: the steady run's rates; ``rows``: the latest steps, enough for the chart;
     ``current``: the steady run since the last change, for a run that has ended (the
     report's figures); else the shares are of the latest steps; ``flops_count``: the
@@ -115,7 +118,8 @@ def build(*, title, status, exit_code, elapsed, steps, run, rows, rank_rows, fac
     for the verdict; ``gpu_run``: each GPU over the ended run, as the report has it."""
     snap = Snapshot(title=title, status=status, exit_code=exit_code, elapsed=elapsed, steps=steps,
                     gpu_note=gpu_note, advice=advice, applied=applied, dropped=dropped, replay=replay, host=host,
-                    run=run, capturing=capturing, experiment=experiment, outcome=outcome, selected=selected)
+                    run=run, capturing=capturing, experiment=experiment, outcome=outcome, selected=selected,
+                    pipeline=pipeline)
     snap.recent = current or Window.from_rows(recent(since_last_change(rows, applied), RECENT_STEPS))
     snap.buckets, snap.bucket_steps, snap.bucket_first = chart_buckets(rows)
     snap.last_step = rows[-1].step if rows else 0
@@ -208,7 +212,7 @@ class LiveSource:
                      gpu_run=gpus_over_run(gpu_timed, rows_span([r for r in rows if r.step >= current.first_step]))
                      if current is not None else (),
                      experiment=view.experiment, outcome=ended, rss=view.rss, losses=view.losses,
-                     nodes_lost=lost_nodes(view.events))
+                     nodes_lost=lost_nodes(view.events), pipeline=view.facts.get("pipeline_stages"))
 
     @property
     def run_dir(self):
@@ -270,6 +274,8 @@ class ReplaySource:
         self.record = record = RunRecord(run_dir)
         self.meta = record.meta()
         self.facts = record.facts()
+        # the report's table: the training thread's fact and the workers' files, as last written
+        self.pipeline = pipeline_summary(run_dir, self.facts.get("pipeline"))
         self._epochs = epochs_by_step(self.facts, record.fact_history())
         self.host = record.samples("host")
         self._host_times = [ts for ts, _, _ in self.host]
@@ -375,7 +381,7 @@ class ReplaySource:
                      rss=[r for ts, _, s in self.host[:self._host_upto(t)][-RSS_HISTORY:]
                           if (r := training_rss(s)) is not None],
                      losses=self._losses_upto(len(self.log) if at_end else self._log_upto(t)),
-                     nodes_lost=lost_nodes(self.recorded_events, None if at_end else t))
+                     nodes_lost=lost_nodes(self.recorded_events, None if at_end else t), pipeline=self.pipeline)
         if not at_end and self._epochs:  # the record's last facts say the last epoch
             snap.epoch = epoch_at(self._epochs, at_step)
         return snap

@@ -16,6 +16,8 @@ KEYS = (
     ("`d`", "dismiss the selected advice", True),
     ("`c`", "applied changes with their measured before/after", False),
     ("`p`", "pause / resume the charts (the training keeps running)", False),
+    ("`l`", "the data pipeline in the GPU and host panels' place (at 80 columns, the chart's room); `l` again: back",
+     False),
     ("`s`", "save the screen as an SVG in the run's folder", False),
     ("`e`", "export the run, as recorded so far, as a trace for Perfetto or chrome://tracing (`RUN/trace.json`)",
      False),
@@ -33,6 +35,12 @@ DataLoader), *h2d* (copies to the GPU), *fwd*, *bwd*, *opt*, *sync* (host waitin
 the GPU), *comm* (the step waiting in torch.distributed collectives: FSDP's all-gathers and
 reduce-scatters, DDP's all-reduce tail; collectives that run under compute are not in it),
 *other*. The same colours are used everywhere. A language model's header shows tokens/s.
+
+**The data pipeline** (`l`) says what *data* waits for: each stage of making a sample (a
+transform, the rest of `__getitem__`, `collate_fn`) with its file:line, its CPU / wall ms a
+sample and a bar as long as its wall time, the slowest first; the bar's solid part is CPU,
+the shaded rest waiting, and a stage that mostly waits (a read, a sleep) is marked *waits*.
+Then the per-batch stages and each DataLoader worker, where the probe timed them.
 """
 
 
