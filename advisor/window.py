@@ -115,6 +115,9 @@ def window_tokens(timed_rows: list, steps: int, samples: int) -> tuple[int | Non
     return total, round(total * sum(r.tokens_nonpad for r in masked) / of)
 
 
+LONG_STEP = 3.0  # a step this many times the median is a long one
+
+
 @dataclass
 class Window:
     steps: int = 0
@@ -143,6 +146,11 @@ class Window:
     # of the window's time (with the untimed steps it stands for)
     longest_data_wait: float = 0.0
     longest_data_segment: float = 0.0
+    # Steps that take over LONG_STEP times the median (all steps, by their walls): the seconds
+    # they take beyond the median; and of that excess in the timed ones, the share spent
+    # waiting for data (None: no long step was timed). A slow read now and then shows so.
+    long_excess: float = 0.0
+    long_data_share: float | None = None
     # Kish's effective sample size of the timed steps, each weighing the steps it stands for:
     # 50 steps timed at the start and one more standing for 250 are worth ~1.4 timed steps
     timed_effective: float = 0.0
@@ -180,8 +188,14 @@ class Window:
         w.samples = samples
         w.step_median, w.step_p90 = quantiles(walls, (0.5, 0.9))
         w.first_step, w.last_step = first_step, last_step
+        long = LONG_STEP * w.step_median
+        w.long_excess = sum(wall - w.step_median for wall in walls if wall > long)
         if not timed:
             return w
+        long_timed = [timed[i] for i in timed if timed[i].wall > long and not timed[i].eval_forwards]
+        if long_timed:
+            w.long_data_share = min(1.0, sum(r.data_wait or 0 for r in long_timed)
+                                    / sum(r.wall - w.step_median for r in long_timed))
         order = sorted(timed)
         rows = [timed[i] for i in order]
         col = lambda name: [r[COLUMN[name]] or 0 for r in rows]  # noqa: E731

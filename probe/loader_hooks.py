@@ -572,6 +572,8 @@ def set_loader_settings(loader: DataLoader, params: dict) -> None:
             # torch warns at every iter() when workers outnumber cores; fastmon chose this
             # count by measuring it (I/O- or sleep-bound loading scales past the cores).
             warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+    if "prefetch_factor" in params and loader.num_workers > 0:
+        loader.prefetch_factor = int(params["prefetch_factor"])
     if "pin_memory" in params:
         loader.pin_memory = bool(params["pin_memory"])
     if "batch_size" in params:

@@ -81,8 +81,21 @@ SLOW_TRANSFORM = {"workers": 2, "stages": [stage("SlowBlur", 2.0, 2.02, "pipelin
 EVEN_STAGES = {"workers": 2, "stages": [stage("Resize", 0.4, 0.4, "pipeline.py:9"), stage("Crop", 0.35, 0.35),
                                         stage("collate_fn", 0.3, 0.3), stage("the rest of __getitem__", 0.3, 0.3)]}
 
+def bursty(n=64, every=8, wait_ms=60.0):
+    """Steps of 10 ms that wait ``wait_ms`` for their batch one step in ``every``: workers
+    that keep up but for a slow read now and then."""
+    out = rows(n, ms={"forward": 4.0, "backward": 5.0, "optimizer": 0.5, "other": 0.5})
+    return [row._replace(data_wait=wait_ms / 1e3, wall=row.wall + wait_ms / 1e3) if row.step % every == 0 else row
+            for row in out]
+
+
+WORKERS = dict(LOADER, num_workers=2, prefetch_factor=2)
+
 # (rule id, firing case, healthy twin): each case is (rows, facts)
 CASES = {
+    "dataloader.prefetch_factor": (
+        (bursty(), facts(loader=WORKERS)),
+        (rows(ms=STARVED), facts(loader=WORKERS))),  # every step waits: too few workers, not too shallow
     "dataloader.num_workers": (
         (rows(ms=STARVED), facts(loader=LOADER)),
         (rows(), facts(loader=LOADER))),
@@ -298,6 +311,21 @@ def test_a_fraction_of_a_core_spare_is_worth_a_worker_where_the_step_computes_be
     # 40 ms of loading, 95% CPU, on 0.8 of a core beside 40 ms of compute: 80 / 47.5
     assert advice.est_gain == pytest.approx(80 / (40 * 0.95 / 0.8), rel=0.01)
     assert "0.8 of 2 cores spare" in advice.evidence
+
+
+def test_prefetch_factor_is_searched_live_for_bursts_and_written_for_an_iterable_dataset():
+    advice = fired(bursty(), facts(loader=WORKERS))["dataloader.prefetch_factor"]
+    assert advice.apply.search == ({"prefetch_factor": 4}, {"prefetch_factor": 8}, {"prefetch_factor": 16})
+    # 64 steps of 10 ms, 8 of them 60 ms longer: 1,120 ms, 640 with every burst held ahead
+    assert advice.est_gain == pytest.approx(1120 / 640, rel=0.01)
+    assert "late batch take 43% of the time, while the median step waits 0.0 ms of 10.0" in advice.evidence
+    assert "holds 4 batches ahead" in advice.evidence
+    # long steps that are long for another reason (a checkpoint written): not the loader's
+    saving = [row._replace(other=row.data_wait, data_wait=0.0) for row in bursty()]
+    assert "dataloader.prefetch_factor" not in fired(saving, facts(loader=WORKERS))
+    streamed = fired(bursty(), facts(loader=dict(WORKERS, iterable=True)))["dataloader.prefetch_factor"]
+    assert streamed.apply is None and streamed.fix == "DataLoader(..., prefetch_factor=4)"
+    assert "dataloader.prefetch_factor" not in fired(bursty(), facts(loader=LOADER))  # no workers: nothing held ahead
 
 
 def test_workers_that_compute_on_every_core_are_called_core_bound_citing_their_cpu():

@@ -104,3 +104,17 @@ def test_a_timed_transform_is_its_transform_to_every_caller_and_to_pickle():
     assert isinstance(pickle.loads(pickle.dumps(steps[0])), Resize)  # a spawned worker gets the transform itself
     wrap_transforms(Dataset)
     assert not isinstance(Dataset.transform.transforms[0].inner, TimedStage)  # wrapped once
+
+
+@pytest.mark.e2e
+def test_a_loader_late_in_bursts_gets_a_deeper_prefetch_measured_live(run_fastmon, report):
+    # 2 workers keep up but for one slow read in 128 samples: alone, prefetch_factor=8 ran
+    # 1.9-2.1x prefetch_factor=2 here (two interleaved pairs)
+    out = run_fastmon("run", "--headless", "--apply", "auto", SCRIPTS / "bursty_reads.py", "--batches", "1600")
+    assert out.returncode == 0, out.stderr
+    summary = report()
+    trial = {a["id"]: a for a in summary["applied"]}["dataloader.prefetch_factor"]
+    assert trial["verdict"] == "faster" and trial["kept"] and trial["params"]["prefetch_factor"] > 2, trial
+    assert trial["speedup_interval"][0] > 1.0
+    assert [t["params"] for t in trial["tried"][:3]] == [{"prefetch_factor": n} for n in (4, 8, 16)]
+    assert f"prefetch_factor={trial['params']['prefetch_factor']}" in out.stderr  # the line to make it permanent

@@ -16,6 +16,7 @@ from fastmon.advisor.rules import (
     dataloader_num_workers,
     dataloader_persistent_workers,
     dataloader_pin_memory,
+    dataloader_prefetch_factor,
     dataparallel,
     grad_clipping,
     lr_schedule,
@@ -39,7 +40,8 @@ from fastmon.advisor.rules import (
 )
 
 RULES = (
-    dataloader_num_workers, dataloader_pin_memory, dataloader_persistent_workers, data_slow_stage, batch_size, amp,
+    dataloader_num_workers, dataloader_pin_memory, dataloader_persistent_workers, dataloader_prefetch_factor,
+    data_slow_stage, batch_size, amp,
     tf32, cudnn_benchmark, zero_grad_set_to_none, autograd_detect_anomaly, profiler_left_on, sync_per_step,
     retained_graph, validation_no_grad, conv_bias_before_bn, tensor_copy, dataparallel, multi_gpu_unused,
     memory_pressure, optimizer_fused, optimizer_adamw, lr_schedule, grad_clipping, torch_compile, channels_last,

@@ -10,6 +10,8 @@ lengthen rather than hide; once the workers persist, the steady wait decides, wi
 their one start-up.
 Not where the workers already compute on every core (their CPU use, sampled, proves it):
 then the cores are the limit, and it says so.
+Not while the workers keep up but for bursts (``dataloader.prefetch_factor``: more batches
+held ahead cost no process).
 Not where a worker cannot help: an in-memory dataset collated by torch's default
 (indexing tensors costs less than taking a batch from a worker), or a wait too short to pay a worker's handover of ~1 ms a
 batch (``benchmarks/results/worker_handover.md``); the estimate counts that handover.
@@ -21,7 +23,8 @@ core count; make the winner permanent with ``DataLoader(..., num_workers=N)``.
 import statistics
 
 from fastmon.advisor.knobs import loader_setting
-from fastmon.advisor.rules.dataloader_persistent_workers import MIN_STARTUP_S, restart_stall, startups
+from fastmon.advisor.rules.dataloader_persistent_workers import restart_stall, startup_in_window
+from fastmon.advisor.rules.dataloader_prefetch_factor import bursts
 from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, SUGGESTION, Advice, Apply
 
 ID = "dataloader.num_workers"
@@ -44,13 +47,6 @@ def worker_candidates(current: int, cpu_count: int) -> tuple:
         out.append(n)
         n *= 2
     return tuple(out)
-
-
-def startup_in_window(window, loader: dict) -> float:
-    """Seconds of the window's data_wait that were worker start-ups."""
-    waits = sum(wait for step, wait in startups(window, loader)
-                if wait >= MIN_STARTUP_S and window.first_step <= step <= window.last_step)
-    return min(waits, window.phase_totals["data_wait"])
 
 
 def spare_cores(facts) -> float:
@@ -116,6 +112,8 @@ def check(window, facts):
     loader = facts.training_loader()
     if window.steps < MIN_STEPS or loader is None or restart_stall(window, facts) is not None:
         return None
+    if bursts(window, facts) is not None:
+        return None  # the workers keep up but in bursts: dataloader.prefetch_factor holds more ahead
     startup = startup_in_window(window, loader)
     total = sum(window.phase_totals.values()) - startup
     share = (window.phase_totals["data_wait"] - startup) / total if total > 0 else 0.0

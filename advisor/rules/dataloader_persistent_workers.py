@@ -27,6 +27,13 @@ def startups(window, loader: dict) -> list[tuple[int, float]]:
             for step, seconds, *_ in loader.get("startups") or ()]
 
 
+def startup_in_window(window, loader: dict) -> float:
+    """Seconds of the window's data_wait that were worker start-ups."""
+    waits = sum(wait for step, wait in startups(window, loader)
+                if wait >= MIN_STARTUP_S and window.first_step <= step <= window.last_step)
+    return min(waits, window.phase_totals["data_wait"])
+
+
 def restart_stall(window, facts) -> tuple[float, float] | None:
     """(seconds, fraction of an epoch) that restarting the training loader's workers costs
     each epoch, where that is worth a change; else None."""
