@@ -1,4 +1,5 @@
-"""The benchmark's training loop: an MLP over an in-memory DataLoader. Prints the mean
+"""The benchmark's training loop: an MLP over an in-memory DataLoader (--workers: a dataset
+with a transform, through worker processes). Prints the mean
 step time of the timed part (after warm-up) and, with --rss-every, the process RSS.
 
 With --ab-pairs N (under `fastmon run`), the timed part is N pairs of segments, one with
@@ -68,6 +69,9 @@ parser.add_argument("--compile", action="store_true", help="torch.compile(model)
 parser.add_argument("--noise-pairs", type=int, default=0, help="bare segment pairs: the machine's noise now")
 parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads; 0: its default, every core")
 parser.add_argument("--monitor-pairs", type=int, default=0, help="monitor stopped / running segment pairs")
+parser.add_argument("--workers", type=int, default=0,
+                    help="DataLoader workers over a map-style dataset whose samples pass a Compose of two "
+                         "transforms (the data pipeline's stage timing at work); 0: a TensorDataset")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -75,7 +79,32 @@ if args.threads:
     torch.set_num_threads(args.threads)
 x = torch.randn(args.batch * 64, args.width)
 y = torch.randn(args.batch * 64, 1)
-loader = DataLoader(TensorDataset(x, y), batch_size=args.batch)
+
+
+class Compose:  # as torchvision's: its steps in a list called transforms
+    def __init__(self, transforms):
+        self.transforms = transforms
+
+    def __call__(self, sample):
+        for transform in self.transforms:
+            sample = transform(sample)
+        return sample
+
+
+class Transformed(torch.utils.data.Dataset):
+    transform = Compose([torch.neg, torch.neg])
+
+    def __len__(self):
+        return len(x)
+
+    def __getitem__(self, i):
+        return self.transform(x[i]), y[i]
+
+
+if args.workers:
+    loader = DataLoader(Transformed(), batch_size=args.batch, num_workers=args.workers, persistent_workers=True)
+else:
+    loader = DataLoader(TensorDataset(x, y), batch_size=args.batch)
 model = nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 if args.compile:

@@ -67,6 +67,8 @@ CASES = {  # name -> loop.py arguments
     "tiny MLP 8, batch 4, no DataLoader": ["--width", "8", "--batch", "4", "--no-loader", "--steps", "8000"],
     "MLP 64, batch 32, DataLoader": ["--width", "64", "--batch", "32", "--steps", "6000"],
     "MLP 420, batch 224, DataLoader": ["--width", "420", "--batch", "224", "--steps", "1500"],
+    "MLP 64, batch 32, 2 workers, a Compose a sample": ["--width", "64", "--batch", "32", "--workers", "2",
+                                                        "--steps", "3000"],
 }
 NOISE_CASE = ["--width", "420", "--batch", "224"]
 NOISE_PAIRS = 300
