@@ -6,7 +6,8 @@ the training process (taking a batch from a worker, the pin-memory thread); and 
 workers themselves: how many ran at once, how busy each kept its core, the slowest.
 
 A transform's time is part of ``__getitem__``'s: the table shows ``__getitem__`` less its
-transforms and reads, as "the rest of __getitem__". A stage's ms a sample is its time over
+transforms and reads, as "the rest of __getitem__" (likewise "the rest of items and
+collate" for an iterable dataset or one with ``__getitems__``). A stage's ms a sample is its time over
 the samples fetched in the timed batches (a sample that decodes two images pays both)."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ WAITING_RATIO = 2.0  # a stage whose wall is this many times its CPU waits (a re
 WAITING_MIN_MS = 0.2  # ... by this much a sample at least
 SLOWER = 1.5  # a worker this many times the others' median ms a sample is slower than they are
 GETITEM = "__getitem__"
-BATCH_LEVEL = ("collate_fn", "items and collate")  # stages outside __getitem__
+BATCH_LEVEL = ("collate_fn",)  # a stage outside the items
 FETCHED = (GETITEM, "items and collate")  # the stages that count the samples fetched
 
 
@@ -59,35 +60,49 @@ def pipeline_summary(run_dir, fact: dict | None) -> dict | None:
     if not summed and not batch:
         return None
     fetched = sum(summed[name][0] for name in FETCHED if name in summed)
+    for_a_core = _core_wait_share(main + workers)
     stages, inside = [], [0.0, 0.0]  # inside: the transforms' and reads' share of __getitem__
     for name, (count, cpu_ns, wall_ns, where) in summed.items():
-        if not count or name == GETITEM:
+        if not count or name in FETCHED:
             continue
         samples = count if name in BATCH_LEVEL or not fetched else fetched
         cpu_ms, wall_ms = cpu_ns / samples / 1e6, wall_ns / samples / 1e6
         if name not in BATCH_LEVEL:
             inside[0] += cpu_ms
             inside[1] += wall_ms
-        stages.append(_stage(name, where, count, cpu_ms, wall_ms))
-    getitem = summed.get(GETITEM)
-    if getitem and getitem[0]:
-        cpu_ms = max(0.0, getitem[1] / getitem[0] / 1e6 - inside[0])
-        wall_ms = max(0.0, getitem[2] / getitem[0] / 1e6 - inside[1])
-        stages.append(_stage(f"the rest of {GETITEM}" if inside[1] else GETITEM, getitem[3], getitem[0], cpu_ms,
-                             wall_ms))
+        stages.append(_stage(name, where, count, cpu_ms, wall_ms, for_a_core))
+    for name in FETCHED:  # less the stages inside it: what the dataset's own code takes
+        if (whole := summed.get(name)) and whole[0]:
+            cpu_ms = max(0.0, whole[1] / whole[0] / 1e6 - inside[0])
+            wall_ms = max(0.0, whole[2] / whole[0] / 1e6 - inside[1])
+            stages.append(_stage(f"the rest of {name}" if inside[1] else name, whole[3], whole[0], cpu_ms, wall_ms,
+                                 for_a_core))
     stages.sort(key=lambda s: -s["wall_ms"])
     batch_stages = [{"name": name, "batches": count, "cpu_ms": round(cpu_ns / count / 1e6, 4),
                      "wall_ms": round(wall_ns / count / 1e6, 4)}
                     for name, (count, cpu_ns, wall_ns, _) in batch.items() if count]
     rows = [row for row in map(_worker_row, workers) if row]
-    return {"stages": stages, "batch_stages": batch_stages, "workers": _at_once(workers),
+    return {"stages": stages, "batch_stages": batch_stages, "workers": _at_once(workers), "core_wait": for_a_core,
             "processes": len(workers), "worker_rows": _flag_slower(rows)}
 
 
-def _stage(name: str, where, samples: int, cpu_ms: float, wall_ms: float) -> dict:
+def _stage(name: str, where, samples: int, cpu_ms: float, wall_ms: float, for_a_core: float | None) -> dict:
+    """A stage's row; it waits (a read, a sleep) where its wall is well above its CPU, less
+    the share of time off the CPU that was a wait for a core (where the kernel told it)."""
+    waits_ms = (wall_ms - cpu_ms) * (1 - (for_a_core or 0.0))
     return {"name": name, "where": where, "samples": samples, "cpu_ms": round(cpu_ms, 4),
             "wall_ms": round(wall_ms, 4),
-            "waiting": wall_ms > WAITING_RATIO * cpu_ms and wall_ms - cpu_ms > WAITING_MIN_MS}
+            "waiting": waits_ms > (WAITING_RATIO - 1) * cpu_ms and waits_ms > WAITING_MIN_MS}
+
+
+def _core_wait_share(sources: list[dict]) -> float | None:
+    """Of the timed batches' time off the CPU, the share runnable but waiting for a core;
+    None where any process's kernel did not keep it."""
+    off = [(s.get("off_cpu_ns"), s.get("run_delay_ns")) for s in sources]
+    if not off or any(o is None or d is None for o, d in off):
+        return None
+    total = sum(o for o, _ in off)
+    return round(min(1.0, sum(d for _, d in off) / total), 3) if total else 0.0
 
 
 def _at_once(workers: list[dict]) -> int:
@@ -103,7 +118,7 @@ def _worker_row(worker: dict) -> dict | None:
     """One worker: ms a sample it took to fetch, the CPU share of that time (computes or
     waits), and how busy it kept its core over its life."""
     stages = worker.get("stages") or {}
-    top = [stages[name] for name in (GETITEM, *BATCH_LEVEL) if name in stages]
+    top = [stages[name] for name in (*FETCHED, *BATCH_LEVEL) if name in stages]
     samples = sum(stages[name].get("samples") or 0 for name in FETCHED if name in stages)
     wall_ns = sum(stage.get("wall_ns") or 0 for stage in top)
     if not samples or not wall_ns:
@@ -138,7 +153,8 @@ def pipeline_lines(pipeline: dict | None) -> list[str]:
         lines.append(f"  data pipeline, ms a sample (CPU / wall, {where}, the slowest first):")
     for stage in pipeline["stages"]:
         at = f" ({stage['where']})" if stage["where"] else ""
-        waits = " — waits (a read, a sleep), not CPU" if stage["waiting"] else ""
+        waits = (" — waits (a read, a sleep), not CPU" if pipeline.get("core_wait") is not None else
+                 " — waits (a read, a sleep; or for a core: this kernel does not tell)") if stage["waiting"] else ""
         lines.append(f"    {stage['name']}{at}: {stage['cpu_ms']:.3f} / {stage['wall_ms']:.3f}{waits}")
     for stage in pipeline.get("batch_stages") or ():
         # taking a batch: its wall is the wait for it (data_wait); its CPU is the unpickling

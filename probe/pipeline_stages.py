@@ -1,7 +1,8 @@
 """Inside the data pipeline: where producing a sample takes its time. Per sample, the
 dataset's ``__getitem__`` (or an iterable dataset's next item), within it each transform of
 a ``transforms`` list (torchvision's ``Compose`` and ``v2.Compose``, or any object that
-holds its steps so) of the dataset's ``transform`` / ``target_transform``, image reads and
+holds its steps so) of the dataset's ``transform`` / ``target_transform`` (a Hugging Face
+dataset's ``set_transform`` function and ``IterableDataset.map`` chain), image reads and
 decodes through PIL or ``torchvision.io``, and the batch's ``collate_fn``; each as CPU time
 of its thread and as wall time (a stage whose wall is far above its CPU waits: a read, a
 sleep). Per batch, on the training process: taking it from a worker (unpickling, on the
@@ -59,6 +60,10 @@ _worker_path: str | None = None  # in a DataLoader worker: where its totals go
 _main_timing = None  # in the training process: whether this step is timed (the part sets it)
 _where: dict = {}  # a class or function -> its file:line
 _pin_depth = threading.local()  # pin_memory calls itself for each element of a batch
+# Over the timed batches: nanoseconds off the CPU, and of those, runnable but waiting for a
+# core (the kernel's run delay, /proc/thread-self/schedstat): a stage's wall above its CPU is
+# a read or a sleep only where the run delay is not it. None: the kernel does not keep it.
+_off_cpu: list | None = [0, 0]
 
 
 def _add(table: dict, stage: str, where, count: int, cpu_ns: int, wall_ns: int) -> None:
@@ -77,7 +82,8 @@ def totals() -> dict:
             "stages": {name: {"samples": s, "cpu_ns": c, "wall_ns": w, "where": where}
                        for name, (s, c, w, where) in list(_stats.items())},  # (list: atomic, as it grows)
             "batch_stages": {name: {"batches": b, "cpu_ns": c, "wall_ns": w}
-                             for name, (b, c, w, _) in list(_batch_stats.items())}}
+                             for name, (b, c, w, _) in list(_batch_stats.items())},
+            "off_cpu_ns": _off_cpu and _off_cpu[0], "run_delay_ns": _off_cpu and _off_cpu[1]}
 
 
 def _write(now: float) -> None:
@@ -138,15 +144,38 @@ def stage_name(obj) -> str:
 
 def wrap_transforms(dataset) -> None:
     """Wrap the steps of the dataset's transforms, once; and find where the dataset's class
-    is now, not in a timed batch (it reads its source)."""
+    is now, not in a timed batch (it reads its source). A Hugging Face dataset's transforms
+    are its ``set_transform`` / ``with_transform`` function and each function of its
+    ``IterableDataset.map`` chain."""
     where_defined(dataset)
     for attribute in ("transform", "target_transform", "transforms"):
-        pipeline = getattr(dataset, attribute, None)
-        steps = getattr(pipeline, "transforms", None)
-        if isinstance(steps, list):
-            for i, step in enumerate(steps):
-                if callable(step) and not isinstance(step, TimedStage):
-                    steps[i] = TimedStage(step, stage_name(step), where_defined(step))
+        _wrap_steps(getattr(dataset, attribute, None))
+    if not type(dataset).__module__.startswith("datasets."):
+        return
+    format_kwargs = getattr(dataset, "_format_kwargs", None)
+    if isinstance(format_kwargs, dict) and callable(format_kwargs.get("transform")):
+        if not _wrap_steps(format_kwargs["transform"]):
+            format_kwargs["transform"] = _timed_stage(format_kwargs["transform"])
+    node, seen = getattr(dataset, "_ex_iterable", None), 0
+    while node is not None and seen < 100:  # the chain of examples iterables, each over the next
+        if callable(getattr(node, "function", None)):
+            node.function = _timed_stage(node.function)
+        node, seen = getattr(node, "ex_iterable", None), seen + 1
+
+
+def _wrap_steps(pipeline) -> bool:
+    """Wrap each step of a Compose-like ``pipeline`` in place; whether it had steps."""
+    steps = getattr(pipeline, "transforms", None)
+    if not isinstance(steps, list):
+        return False
+    for i, step in enumerate(steps):
+        if callable(step):
+            steps[i] = _timed_stage(step)
+    return True
+
+
+def _timed_stage(step):
+    return step if isinstance(step, TimedStage) else TimedStage(step, stage_name(step), where_defined(step))
 
 
 def _timed_call(original, stage: str):
@@ -236,8 +265,8 @@ timed_worker_loop._fastmon = True
 def _as_worker(dataset) -> None:
     """This process is a DataLoader worker: its own totals (a forked one inherited the
     trainer's), written to its file; an error it sends the trainer reads as without fastmon."""
-    global _stats, _batch_stats, _batches, _written, _started, _began, _cpu_at_start, _worker_path
-    _stats, _batch_stats, _batches, _written = {}, {}, 0, 0.0
+    global _stats, _batch_stats, _batches, _written, _started, _began, _cpu_at_start, _worker_path, _off_cpu
+    _stats, _batch_stats, _batches, _written, _off_cpu = {}, {}, 0, 0.0, [0, 0]
     _started, _began, _cpu_at_start = time.monotonic(), time.time(), time.process_time()
     run_dir = os.environ.get("FASTMON_RUN_DIR")
     if not run_dir:
@@ -320,10 +349,23 @@ class PipelinePart(Part):
         _patches.undo()
 
 
+def _run_delay() -> int | None:
+    """This thread's time spent runnable, waiting for a core, so far (ns); None where the
+    kernel does not say (no schedstat, or one that reads zeros: kept off)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as file:
+            on_cpu, delay, _ = file.read().split()
+    except (OSError, ValueError):
+        return None
+    return int(delay) if int(on_cpu) else None
+
+
 def _timed(fetcher, index, original, iterable: bool):
     """One batch, each stage timed: the items (all of ``__getitem__``), then the collate."""
-    global _timing
+    global _timing, _off_cpu
     _timing = True
+    delay = _run_delay() if _off_cpu else None
+    batch_cpu, batch_wall = time.thread_time_ns(), time.perf_counter_ns()
     try:
         if iterable or not fetcher.auto_collation or getattr(fetcher.dataset, "__getitems__", None):
             cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
@@ -341,6 +383,11 @@ def _timed(fetcher, index, original, iterable: bool):
         return batch
     finally:
         _timing = False
+        if delay is not None and (after := _run_delay()) is not None:
+            _off_cpu[0] += max(0, time.perf_counter_ns() - batch_wall - (time.thread_time_ns() - batch_cpu))
+            _off_cpu[1] += after - delay
+        else:
+            _off_cpu = None
         now = time.monotonic()
         if _worker_path is not None and now - _written >= WRITE_EVERY_S:
             try:

@@ -5,6 +5,7 @@ computes."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -118,3 +119,41 @@ def test_a_loader_late_in_bursts_gets_a_deeper_prefetch_measured_live(run_fastmo
     assert trial["speedup_interval"][0] > 1.0
     assert [t["params"] for t in trial["tried"][:3]] == [{"prefetch_factor": n} for n in (4, 8, 16)]
     assert f"prefetch_factor={trial['params']['prefetch_factor']}" in out.stderr  # the line to make it permanent
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", [("--workers", "0"), ("--iterable", "--workers", "2")])
+def test_a_hugging_face_datasets_transform_is_a_stage(run_fastmon, report, how):
+    # set_transform (map-style, called on each batch through __getitems__) and
+    # IterableDataset.map (in each worker): ~0.25 ms of CPU an example either way
+    out = run_fastmon("run", "--headless", SCRIPTS / "hf_transform.py", *how)
+    assert out.returncode == 0, out.stderr
+    stages = {s["name"]: s for s in report()["pipeline"]["stages"]}
+    name, line = ("tokenize", 16) if "--iterable" in how else ("<lambda>", 30)
+    assert stages[name]["where"] == f"hf_transform.py:{line}", stages
+    assert stages[name]["cpu_ms"] == pytest.approx(0.25, rel=0.25)
+    assert "the rest of items and collate" in stages
+
+
+def test_a_stage_off_the_cpu_waiting_for_a_core_is_not_called_waiting(tmp_path):
+    from fastmon.pipeline import pipeline_lines, pipeline_summary
+
+    def worker(pid, delay_share):
+        (tmp_path / "pipeline").mkdir(exist_ok=True)
+        stages = {"__getitem__": {"samples": 100, "cpu_ns": 100_000_000, "wall_ns": 300_000_000, "where": "d.py:3"},
+                  "collate_fn": {"samples": 100, "cpu_ns": 1_000_000, "wall_ns": 1_000_000, "where": None}}
+        off = 200_000_000
+        (tmp_path / "pipeline" / f"0-{pid}.json").write_text(json.dumps(
+            {"pid": pid, "cpu_s": 1.0, "began": 1.0, "wall_s": 2.0, "stages": stages, "batch_stages": {},
+             "off_cpu_ns": off, "run_delay_ns": int(off * delay_share) if delay_share is not None else None}))
+
+    # 1 ms CPU and 3 ms wall a sample: off the CPU two thirds of the time
+    worker(1, 0.9)  # a full machine: runnable, waiting for a core
+    assert not pipeline_summary(tmp_path, None)["stages"][0]["waiting"]
+    worker(1, 0.05)  # asleep: a read
+    table = pipeline_summary(tmp_path, None)
+    assert table["stages"][0]["waiting"] and table["core_wait"] == 0.05
+    worker(2, None)  # a kernel that does not say: wall against CPU alone, and the line says so
+    table = pipeline_summary(tmp_path, None)
+    assert table["core_wait"] is None and table["stages"][0]["waiting"]
+    assert "or for a core: this kernel does not tell" in "\n".join(pipeline_lines(table))
