@@ -267,6 +267,21 @@ STEP_RANGE_FAILS = ("typeof(step) != 'integer' OR typeof(wall) NOT IN ('real', '
                     "OR (samples IS NOT NULL AND (typeof(samples) != 'integer' OR samples < 0))")
 
 
+# A rank's rows whose samples differ from the usual count (the parameter), or whose step
+# number or end time fails a check: STEP_RANGE_FAILS but for the wall, checked in Python
+ODD_OR_DAMAGED = ("IFNULL(samples, 0) != ? OR typeof(step) != 'integer' OR typeof(t_end) NOT IN ('real', 'integer') "
+                  f"OR abs(t_end) > {MAX_TIME}")
+_SAMPLES_AT = STEP_FIELDS.index("samples")
+
+
+def _walls_fit(walls: list) -> bool:
+    """Every wall a number above 0 and at most a day (a text or NULL one fails to compare)."""
+    try:
+        return not walls or (min(walls) > 0 and max(walls) <= MAX_STEP_S)
+    except TypeError:
+        return False
+
+
 def row_problem(row: tuple) -> str | None:
     """What is wrong with a step row's values, or None: written by fastmon, a step has a
     whole step number, a wall time above 0 and at most a day, a finite end time, a whole
@@ -362,16 +377,20 @@ class RunRecord:
         steps = range(first, last + 1) if isinstance(first, int) and isinstance(last, int) \
             and len(walls) == last - first + 1 else \
             [s for (s,) in db.execute("SELECT step FROM steps WHERE rank=? ORDER BY step", (rank,))]
-        bad = db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND ({STEP_RANGE_FAILS}) LIMIT 1",
-                         (rank,)).fetchone()
-        if bad is not None:  # what steps() refuses row by row
-            _checked([bad])
-            raise DamagedRecord(f"a damaged step row in steps (rank {rank}, step {bad[1]!r})")
         # the middle step's count as the usual one: a fixed batch then leaves only the odd steps to read
         middle = db.execute("SELECT IFNULL(samples, 0) FROM steps WHERE rank=? AND step>=? ORDER BY step LIMIT 1",
                             (rank, steps[len(steps) // 2])).fetchone()[0]
-        other = db.execute("SELECT step, IFNULL(samples, 0) FROM steps WHERE rank=? AND IFNULL(samples, 0)!=? "
-                           "ORDER BY step", (rank, middle)).fetchall()
+        # What steps() refuses row by row, at the cost of the scans paid anyway: the walls
+        # checked in Python, the other columns with the steps whose samples differ
+        odd = db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND ({ODD_OR_DAMAGED}) ORDER BY step",
+                         (rank, middle)).fetchall()
+        if not _walls_fit(walls) or any(map(row_problem, odd)) or not (isinstance(middle, int) and middle >= 0):
+            bad = db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND ({STEP_RANGE_FAILS}) LIMIT 1",
+                             (rank,)).fetchone()
+            if bad is not None:
+                _checked([bad])
+                raise DamagedRecord(f"a damaged step row in steps (rank {rank}, step {bad[1]!r})")
+        other = [(row[1], row[_SAMPLES_AT] or 0) for row in odd if (row[_SAMPLES_AT] or 0) != middle]
         timed = db.execute(f"SELECT {self._steps} FROM steps WHERE rank=? AND timed=1 ORDER BY step",
                            (rank,)).fetchall()
         return steps, walls, (middle, other), _checked(timed)
@@ -390,7 +409,12 @@ class RunRecord:
         return (start[0], end[0]) if start and end else None
 
     def ranks(self) -> list[int]:
-        return [r for (r,) in self.db.execute("SELECT DISTINCT rank FROM steps ORDER BY rank")]
+        """Each rank with steps, by the primary key's order: one index probe a rank, not a scan."""
+        out, row = [], self.db.execute("SELECT MIN(rank) FROM steps").fetchone()
+        while row and row[0] is not None:
+            out.append(row[0])
+            row = self.db.execute("SELECT MIN(rank) FROM steps WHERE rank > ?", (row[0],)).fetchone()
+        return out
 
     def device_steps(self) -> list[tuple]:
         return self.db.execute(f"SELECT {self._device} FROM device_steps ORDER BY rank, step").fetchall()

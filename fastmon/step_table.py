@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastmon.advisor.window import Window
 from fastmon.common.phases import StepRow
@@ -45,6 +45,8 @@ class StepTable:
     walls: list[float]
     samples: SampleColumn
     timed: dict[int, StepRow]  # position -> the step's whole row
+    # windows made so far, by their steps: the summary and the advice read the same steady run
+    _windows: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_rows(cls, rows) -> "StepTable":
@@ -82,8 +84,15 @@ class StepTable:
         return self.timed.get(position)
 
     def window(self, start: int = 0, stop: int | None = None, left_out=frozenset()) -> Window:
-        """The steps from position ``start`` to ``stop``, without the steps in ``left_out``."""
+        """The steps from position ``start`` to ``stop``, without the steps in ``left_out``
+        (made once for each: a table is read whole, and does not change)."""
         stop = len(self) if stop is None else stop
+        key = (start, stop, frozenset(left_out))
+        if key not in self._windows:
+            self._windows[key] = self._window(start, stop, key[2])
+        return self._windows[key]
+
+    def _window(self, start: int, stop: int, left_out: frozenset) -> Window:
         dropped = sorted(p for p in (self.position(s) for s in left_out)
                          if start <= p < stop and self.steps[p] in left_out)
         walls, samples = self.walls[start:stop], self.samples.total(start, stop)
