@@ -74,7 +74,7 @@ class Facts:
         """The loader the training loop iterates most (its epochs are the training epochs);
         of equals, the newest (a script that builds one for each epoch trains on the last)."""
         loaders = self.loaders
-        return max(loaders, key=lambda l: (l.get("epochs", 0), l.get("len") or 0, loader_number(l))) if loaders \
+        return max(loaders, key=lambda x: (x.get("epochs", 0), x.get("len") or 0, loader_number(x))) if loaders \
             else None
 
     @property

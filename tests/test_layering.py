@@ -179,3 +179,30 @@ def test_no_module_imports_relatively():
     found = {str(path.relative_to(ROOT)): relative_imports(path.read_text())
              for package in ALLOWED for path in (ROOT / package).rglob("*.py")}
     assert {path: imports for path, imports in found.items() if imports} == {}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("folder,planted", [
+    ("probe", "import textual\nfrom fastmon import session\n"),
+    ("advisor", "import torch\n"),
+    ("tui", "from fastmon.probe import runtime\n"),
+    ("common", "from fastmon.advisor import facts\n"),
+])
+def test_ruff_refuses_a_banned_import_planted_in_each_folder(tmp_path, folder, planted):
+    import shutil
+
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / folder).mkdir()
+    shutil.copy(ROOT / folder / "ruff.toml", tmp_path / folder)
+    (tmp_path / folder / "planted.py").write_text(planted + "from .. import session as relative\n")
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stdout
+    assert out.stdout.count("TID251") == planted.count("\n") and "TID252" in out.stdout, out.stdout
+
+
+@pytest.mark.e2e
+def test_ruff_passes_the_tree_as_it_is():
+    clean = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert clean.returncode == 0, clean.stdout[-3000:]

@@ -16,7 +16,7 @@ BATCH = 16
 
 
 def fetched_ahead(loader):
-    first = True
+    first, current = True, None
     for batch in loader:
         if not first:
             yield current
