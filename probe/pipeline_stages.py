@@ -21,6 +21,7 @@ order and its values are never touched.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
@@ -127,15 +128,25 @@ def _unwrapped(inner):
 
 
 def where_defined(obj) -> str | None:
-    """file:line of an object's class (a user's transform), or of a function."""
+    """file:line of an object's class (a user's transform), or of a function: the file's name
+    for the user's code, its path inside site-packages for a library's (timm's and
+    torchvision's transforms.py are two files)."""
     target = obj if inspect.isfunction(obj) else type(obj)
     if target not in _where:
         try:
             path, line = inspect.getsourcefile(target), inspect.getsourcelines(target)[1]
-            _where[target] = f"{os.path.basename(path)}:{line}" if path else None
+            _where[target] = f"{_shown_path(path)}:{line}" if path else None
         except (OSError, TypeError):
             _where[target] = None
     return _where[target]
+
+
+def _shown_path(path: str) -> str:
+    parts = path.replace(os.sep, "/").split("/")
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] in ("site-packages", "dist-packages"):
+            return "/".join(parts[i + 1:])
+    return parts[-1]
 
 
 def stage_name(obj) -> str:
@@ -239,7 +250,13 @@ def _patch_fetchers() -> None:
 
 def _patch_decoders() -> None:
     """Reads and decodes through the image libraries the process has imported (a dataset
-    imports them before its DataLoader is built)."""
+    imports them before its DataLoader is built). Pillow imports ``PIL.ImageFile`` at its
+    first ``Image.open``, after the DataLoader is built: imported here where ``PIL.Image`` is."""
+    if "PIL.Image" in sys.modules and "PIL.ImageFile" not in sys.modules:
+        try:
+            importlib.import_module("PIL.ImageFile")
+        except Exception:
+            pass  # a Pillow that has no ImageFile: its opens are timed, its decodes not
     for module_name, class_name, name, stage in DECODERS:
         owner = sys.modules.get(module_name)
         if owner is not None and class_name:

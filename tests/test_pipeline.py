@@ -71,7 +71,18 @@ def test_a_data_bound_run_is_told_which_stage_to_make_cheaper(run_fastmon, repor
 @pytest.mark.parametrize("workers", [0, 2])
 def test_reads_and_decodes_are_stages_and_every_sample_and_its_order_stay_as_without_fastmon(
         run_fastmon, report, tmp_path, workers):
-    script = (SCRIPTS / "image_folder.py", "--workers", str(workers))
+    import os
+
+    import torch
+    from PIL import Image
+
+    folder = tmp_path / "images"  # made here: the training process opens none before its DataLoader
+    folder.mkdir()
+    noise = torch.Generator().manual_seed(0)
+    for i in range(96):
+        data = torch.randint(0, 256, (64, 64, 3), dtype=torch.uint8, generator=noise).numpy()
+        Image.fromarray(data).save(os.path.join(folder, f"{i:04d}.jpg"), quality=90)
+    script = (SCRIPTS / "image_folder.py", "--workers", str(workers), "--folder", str(folder))
     bare = subprocess.run([sys.executable, *script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env=clean_env())
     probed = run_fastmon("run", "--headless", *script)
@@ -157,3 +168,12 @@ def test_a_stage_off_the_cpu_waiting_for_a_core_is_not_called_waiting(tmp_path):
     table = pipeline_summary(tmp_path, None)
     assert table["core_wait"] is None and table["stages"][0]["waiting"]
     assert "or for a core: this kernel does not tell" in "\n".join(pipeline_lines(table))
+
+
+def test_a_librarys_transform_is_placed_by_its_path_in_site_packages_a_scripts_by_its_name():
+    import torch
+
+    from fastmon.probe.pipeline_stages import where_defined
+
+    assert where_defined(torch.nn.Identity()).startswith("torch/nn/modules/linear.py:")  # timm's and torchvision's
+    assert where_defined(Resize()).startswith("test_pipeline.py:")  # transforms.py are two files

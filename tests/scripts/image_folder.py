@@ -1,6 +1,8 @@
 """JPEG files read and decoded through PIL in a dataset's __getitem__, shuffled by a seeded
 generator, under --workers N; prints a digest of every batch (its indices and pixel sum),
-so that a run with fastmon can be compared with one without it."""
+so that a run with fastmon can be compared with one without it. --folder: the JPEGs made
+beforehand (then, as in ImageFolder, this process opens no image before its DataLoader is
+built: Pillow imports its decoders at the first open)."""
 import argparse
 import hashlib
 import os
@@ -13,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 parser = argparse.ArgumentParser()
 parser.add_argument("--workers", type=int, default=0)
 parser.add_argument("--images", type=int, default=96)
+parser.add_argument("--folder", help="the JPEGs, made beforehand (make_images)")
 args = parser.parse_args()
 
 
@@ -29,12 +32,18 @@ class JpegFolder(Dataset):
         return pixels.float().reshape(64, 64, 3).mean(dim=2).flatten()[:32] / 255, i
 
 
-def main():
-    folder = tempfile.mkdtemp()
+def make_images(folder: str, count: int) -> None:
     noise = torch.Generator().manual_seed(0)
-    for i in range(args.images):
+    for i in range(count):
         data = torch.randint(0, 256, (64, 64, 3), dtype=torch.uint8, generator=noise).numpy()
         Image.fromarray(data).save(os.path.join(folder, f"{i:04d}.jpg"), quality=90)
+
+
+def main():
+    folder = args.folder
+    if folder is None:
+        folder = tempfile.mkdtemp()
+        make_images(folder, args.images)
     loader = DataLoader(JpegFolder(folder), batch_size=8, shuffle=True, num_workers=args.workers,
                         generator=torch.Generator().manual_seed(1))
     torch.manual_seed(2)
