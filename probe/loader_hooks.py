@@ -340,8 +340,18 @@ class LoaderPart(Part):
 
     # --- timing ---------------------------------------------------------------------
     def rebuild_now(self, it, tags: IterTags) -> None:
-        """A hot-apply scheduled on this iterator: rebuild before its next batch."""
+        """A hot-apply scheduled on this iterator: rebuild before its next batch (a
+        prefetch_factor alone: changed in place, on the training thread, as the iterator's
+        own state is)."""
         (state, params, ack), tags.pending = tags.pending, None
+        current = tags.source.new_iter if tags.source is not None else it
+        if params.keys() == {"prefetch_factor"} and isinstance(current, dl._MultiProcessingDataLoaderIter):
+            try:
+                prefetch_in_place(current, int(params["prefetch_factor"]))
+                ack(ok=True, settle=0, startup_s=None)
+            except Exception as exc:
+                ack(ok=False, error=f"{type(exc).__name__}: {exc}")
+            return
         try:
             settle, startup = self.rebuild(it, tags, state, params)
             ack(ok=True, settle=settle, startup_s=startup)
@@ -516,7 +526,9 @@ class LoaderPart(Part):
         self.report()  # before the acknowledgement: the monitor sees the new settings with it
         live = state.live() if state.live is not None else None
         tags = getattr(live, TAGS, None)
-        if tags is None or live._dataset_kind != dl._DatasetKind.Map or params.keys() == {"persistent_workers"}:
+        in_place = params.keys() == {"prefetch_factor"} and isinstance(live, dl._MultiProcessingDataLoaderIter)
+        if tags is None or (live._dataset_kind != dl._DatasetKind.Map and not in_place) \
+                or params.keys() == {"persistent_workers"}:
             ack(ok=True, note="takes effect at the next epoch")
             return
         if "batch_size" in params and state.counter is None:
@@ -561,6 +573,28 @@ class LoaderPart(Part):
         tags.source = Rebuilt(buffered, new_iter, new_loader, self._orig_next, state.counter)
         self.rebuilt = True
         return settle, startup
+
+
+def prefetch_in_place(it, factor: int) -> None:
+    """Hold ``factor`` batches a worker ahead from now on, in the running iterator: deeper,
+    the indices that many more are sent at once; shallower, none is sent until fewer are
+    out (torch's _try_put_index would raise). No worker starts or stops and each batch goes
+    to the worker it went to before (the round-robin goes on): every sample, and every
+    random draw a worker makes for it, stays as it was without the change."""
+    if not getattr(it, "_fastmon_put", False):
+        put, ref = type(it)._try_put_index, weakref.ref(it)  # no cycle: the iterator's end shuts its workers
+
+        def _try_put_index():
+            live = ref()
+            if live is not None and live._tasks_outstanding < live._prefetch_factor * live._num_workers:
+                put(live)
+
+        it._try_put_index = _try_put_index
+        it._fastmon_put = True
+    more = (factor - it._prefetch_factor) * it._num_workers
+    it._prefetch_factor = factor
+    for _ in range(max(0, more)):
+        it._try_put_index()
 
 
 def set_loader_settings(loader: DataLoader, params: dict) -> None:

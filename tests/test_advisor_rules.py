@@ -313,7 +313,7 @@ def test_a_fraction_of_a_core_spare_is_worth_a_worker_where_the_step_computes_be
     assert "0.8 of 2 cores spare" in advice.evidence
 
 
-def test_prefetch_factor_is_searched_live_for_bursts_and_written_for_an_iterable_dataset():
+def test_prefetch_factor_is_searched_live_for_bursts():
     advice = fired(bursty(), facts(loader=WORKERS))["dataloader.prefetch_factor"]
     assert advice.apply.search == ({"prefetch_factor": 4}, {"prefetch_factor": 8}, {"prefetch_factor": 16})
     # 64 steps of 10 ms, 8 of them 60 ms longer: 1,120 ms, 640 with every burst held ahead
@@ -324,8 +324,18 @@ def test_prefetch_factor_is_searched_live_for_bursts_and_written_for_an_iterable
     saving = [row._replace(other=row.data_wait, data_wait=0.0) for row in bursty()]
     assert "dataloader.prefetch_factor" not in fired(saving, facts(loader=WORKERS))
     streamed = fired(bursty(), facts(loader=dict(WORKERS, iterable=True)))["dataloader.prefetch_factor"]
-    assert streamed.apply is None and streamed.fix == "DataLoader(..., prefetch_factor=4)"
+    assert streamed.apply == advice.apply  # changed in the running iterator: an iterable dataset's too
     assert "dataloader.prefetch_factor" not in fired(bursty(), facts(loader=LOADER))  # no workers: nothing held ahead
+    # timm's workers started again each 8-step epoch, 60 ms each (under persistent_workers' 0.2 s): not bursts
+    restarting = dict(WORKERS, startups=[[step, 0.06] for step in range(0, 64, 8)])
+    assert "dataloader.prefetch_factor" not in fired(bursty(), facts(loader=restarting))
+    # workers that take 2 ms a sample make a 32-sample batch in 32 ms a worker, 16 ms for two:
+    # slower than the 10 ms steps take them, not late now and then
+    slow = {"workers": 2, "stages": [], "worker_rows": [{"pid": 1, "ms_a_sample": 2.0, "fetch_cpu_share": 0.9,
+                                                         "busy": 0.9, "slower": False}] * 2}
+    assert "dataloader.prefetch_factor" not in fired(bursty(), facts(loader=WORKERS, pipeline_stages=slow))
+    quick = {**slow, "worker_rows": [dict(slow["worker_rows"][0], ms_a_sample=0.2)] * 2}
+    assert "dataloader.prefetch_factor" in fired(bursty(), facts(loader=WORKERS, pipeline_stages=quick))
 
 
 def test_workers_that_compute_on_every_core_are_called_core_bound_citing_their_cpu():

@@ -130,6 +130,9 @@ def test_a_loader_late_in_bursts_gets_a_deeper_prefetch_measured_live(run_fastmo
     assert trial["speedup_interval"][0] > 1.0
     assert [t["params"] for t in trial["tried"][:3]] == [{"prefetch_factor": n} for n in (4, 8, 16)]
     assert f"prefetch_factor={trial['params']['prefetch_factor']}" in out.stderr  # the line to make it permanent
+    # changed in the running iterator: no worker started again (a rebuild starts new ones,
+    # whose random draws differ), so the same two worker processes made every batch
+    assert summary["pipeline"]["processes"] == 2 == summary["pipeline"]["workers"], summary["pipeline"]
 
 
 @pytest.mark.e2e
@@ -177,3 +180,35 @@ def test_a_librarys_transform_is_placed_by_its_path_in_site_packages_a_scripts_b
 
     assert where_defined(torch.nn.Identity()).startswith("torch/nn/modules/linear.py:")  # timm's and torchvision's
     assert where_defined(Resize()).startswith("test_pipeline.py:")  # transforms.py are two files
+
+
+class Augmented:  # a sample's random augmentation, drawn from its worker's own generator
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        import torch
+
+        return torch.rand(4) + i
+
+
+@pytest.mark.e2e
+def test_prefetch_changed_in_place_changes_no_sample_nor_random_draw():
+    import torch
+    from torch.utils.data import DataLoader
+
+    from fastmon.probe.loader_hooks import prefetch_in_place
+
+    def batches(changes: dict) -> list:
+        torch.manual_seed(0)
+        it = iter(DataLoader(Augmented(), batch_size=4, num_workers=2))
+        out = []
+        for n, batch in enumerate(it):
+            out.append(batch)
+            if n in changes:
+                prefetch_in_place(it, changes[n])  # deeper at 3, back to shallower at 10 (never raises)
+        return out, torch.rand(1)  # the main process's generator: untouched
+
+    bare, deeper = batches({}), batches({3: 8, 10: 2})
+    assert len(bare[0]) == len(deeper[0]) == 24
+    assert all(torch.equal(a, b) for a, b in zip(bare[0], deeper[0])) and torch.equal(bare[1], deeper[1])

@@ -11,13 +11,17 @@ ahead absorb it, at the cost of their memory; no more processes, no more cores.
 How to fix: ``DataLoader(..., prefetch_factor=N)``; fastmon tries N in ``FACTORS`` times
 the current one live (the rest of the epoch rebuilt with it, as a worker count is) and
 keeps the fastest (``dataloader.num_workers`` waits for it: more workers would hold more
-ahead too, at a process each). Not for an iterable dataset live (its rebuild would restart its
-stream): the line to write instead.
+ahead too, at a process each). The change is made in the running iterator
+(``probe/loader_hooks.py``'s ``prefetch_in_place``): no worker restarts, every batch goes to
+the worker it went to, so no sample and no worker's random draw changes; an iterable
+dataset's too.
 """
 
 from fastmon.advisor.knobs import loader_setting
-from fastmon.advisor.rules.dataloader_persistent_workers import restart_stall, startup_in_window
-from fastmon.advisor.types import CODE_CHANGE, HOT_APPLY, Advice, Apply
+import statistics
+
+from fastmon.advisor.rules.dataloader_persistent_workers import restart_stall, startups
+from fastmon.advisor.types import HOT_APPLY, Advice, Apply
 
 ID = "dataloader.prefetch_factor"
 MIN_BURST_SHARE = 0.1  # of the time, long steps' waits for data beyond the median step
@@ -25,6 +29,16 @@ MIN_STEPS = 20
 BURST_PART = 0.5  # of all the waiting for data, at least this much in the long steps
 FACTORS = (2, 4, 8)  # tried: the current prefetch_factor times each
 MAX_PREFETCH = 32  # batches a worker holds ahead, at most
+
+
+def keeps_up(window, facts, loader: dict, median_wait: float) -> bool:
+    """Whether the workers make batches as fast as the steps take them, where the data
+    pipeline's timing says how long a worker takes for a sample (else assumed)."""
+    rows = (facts.values.get("pipeline_stages") or {}).get("worker_rows") or []
+    if not rows or not loader.get("batch_size"):
+        return True
+    a_sample = statistics.median(row["ms_a_sample"] for row in rows) / 1e3
+    return a_sample * loader["batch_size"] / loader["num_workers"] <= window.step_median - median_wait
 
 
 def bursts(window, facts) -> tuple[float, float, tuple] | None:
@@ -37,8 +51,13 @@ def bursts(window, facts) -> tuple[float, float, tuple] | None:
         return None
     if restart_stall(window, facts) is not None or not window.long_data_share:
         return None  # the epoch starts' wait is dataloader.persistent_workers'
-    waited = window.long_excess * window.long_data_share - startup_in_window(window, loader)  # starts are not bursts
+    # an epoch's start waits for its first batch, however short: not a burst (workers that
+    # start again each epoch are dataloader.persistent_workers')
+    starts = sum(max(0.0, wait) for step, wait in startups(window, loader) if window.first_step <= step <= window.last_step)
+    waited = window.long_excess * window.long_data_share - starts
     median_wait = window.phase_median["data_wait"]
+    if not keeps_up(window, facts, loader, median_wait):
+        return None
     if waited / window.wall < MIN_BURST_SHARE or waited < BURST_PART * window.phase_totals["data_wait"]:
         return None  # ordinary steps wait as much: the workers are too few or too slow, not too shallow
     current = loader.get("prefetch_factor") or 2
@@ -60,10 +79,6 @@ def check(window, facts):
                 f"{loader['num_workers'] * current} batches ahead")
     fix = f"{loader_setting(facts, prefetch_factor='N')} — fastmon tries N in {list(candidates)} and keeps the fastest"
     why = "batches come in order: one slow batch stalls the step unless enough batches are held ahead to cover it"
-    if loader.get("iterable"):
-        return Advice(ID, "Hold more batches ahead: DataLoader prefetch_factor", evidence, round(estimate, 2),
-                      CODE_CHANGE, fix=f"{loader_setting(facts, prefetch_factor=candidates[0])}", why=why,
-                      location=loader.get("location"))
     return Advice(ID, "Hold more batches ahead: DataLoader prefetch_factor", evidence, round(estimate, 2), HOT_APPLY,
                   fix=fix, why=why, location=loader.get("location"),
                   apply=Apply("loader", {"prefetch_factor": candidates[0]},
