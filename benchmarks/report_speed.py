@@ -6,7 +6,7 @@ in ~200 timed, as the probe samples a fast loop) and runs each a few times, each
 fresh process: its wall time and its peak RSS (from wait4). The replay runs the dashboard
 headless (Textual's run_test, 160x48) until its first screen is drawn.
 
-    python benchmarks/report_speed.py [--steps 1000000] [--runs 3]
+    python benchmarks/report_speed.py [--steps 1000000] [--runs 3] [--no-index] [--only report]
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from fastmon.common.phases import PHASES, STEP_FIELDS
-from fastmon.records import RECORD_FILE, SCHEMA
+from fastmon.records import RECORD_FILE, SCHEMA, write_column_index
 
 
-def write_record(run_dir: Path, steps: int) -> None:
+def write_record(run_dir: Path, steps: int, index: bool = True) -> None:
     run_dir.mkdir(parents=True)
     db = sqlite3.connect(run_dir / RECORD_FILE)
     db.executescript(SCHEMA)
@@ -52,6 +52,8 @@ def write_record(run_dir: Path, steps: int) -> None:
     for key, value in (("target", ["bench.py"]), ("exit_code", 0), ("started", 1.8e9)):
         db.execute("INSERT INTO meta VALUES (?, ?)", (key, json.dumps(value)))
     db.commit()
+    if index:
+        write_column_index(db)  # as the recorder does at a run's end
     db.close()
 
 
@@ -83,10 +85,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-index", action="store_true",
+                        help="a record without the column index (a run killed before its end): the rows scanned")
+    parser.add_argument("--only", help="run only the commands whose name contains this (report, replay, export)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        write_record(run, args.steps)
+        write_record(run, args.steps, index=not args.no_index)
         print(f"{args.steps:,} steps, record {(run / RECORD_FILE).stat().st_size / 2**20:.0f} MiB")
         commands = {"fastmon report": [sys.executable, "-m", "fastmon", "report", str(run)],
                     "replay, first screen": [sys.executable, "-c", FIRST_SCREEN, str(run)],
@@ -94,6 +99,8 @@ def main() -> None:
                                        str(Path(tmp) / "trace.json")]}
         for _ in range(args.runs):
             for name, command in commands.items():
+                if args.only and args.only not in name:
+                    continue
                 seconds, mib = measure(command)
                 print(f"{name}: {seconds:.2f} s, peak RSS {mib:.0f} MiB")
 

@@ -72,3 +72,26 @@ def test_the_replay_s_rates_at_any_step_are_those_of_the_steps_up_to_it(uneven_r
 def test_quantiles_of_a_long_list_are_exact(values):
     qs = (0.0, 0.5, 0.9, 1.0)
     assert quantiles(values, qs) == [quantile(values, q) for q in qs]
+
+
+@pytest.mark.parametrize("recorded", RECORDED_RUNS, ids=lambda p: p.name)
+def test_the_column_index_reads_as_the_rows_and_any_later_change_drops_it(recorded, tmp_path):
+    from fastmon.records import write_column_index
+
+    run = tmp_path / "run"
+    shutil.copytree(recorded, run)
+    db = sqlite3.connect(run / "run.sqlite")
+    db.execute("UPDATE steps SET samples = 7 WHERE step % 13 = 5")  # batches that differ now and then
+    db.commit()
+    write_column_index(db)  # as the recorder does at the run's end
+    indexed = {rank: StepTable.read(RunRecord(run), rank) for rank in RunRecord(run).ranks()}
+    assert db.execute("SELECT COUNT(*) FROM step_columns").fetchone()[0] == len(indexed)
+    db.execute("UPDATE steps SET wall = wall WHERE step = 3")  # any change, even to the same value
+    db.commit()
+    assert db.execute("SELECT COUNT(*) FROM step_columns").fetchone()[0] == 0  # dropped: the rows are read again
+    scanned = {rank: StepTable.read(RunRecord(run), rank) for rank in RunRecord(run).ranks()}
+    for rank, table in indexed.items():
+        other = scanned[rank]
+        assert (list(table.steps), table.walls, table.timed) == (list(other.steps), other.walls, other.timed)
+        assert [table.samples[p] for p in range(len(table))] == [other.samples[p] for p in range(len(other))]
+        assert table.window() == other.window()
