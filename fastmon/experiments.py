@@ -165,6 +165,8 @@ class Experiment:
     change: tuple | None = None  # (ratio, low, high, the noise's own half-width)
     holds_from: int | None = None  # the first step of the run as the kept change leaves it: what its claim is of
     pairs: int = 0
+    looks: int = 0  # an interleaved trial's judgements so far (each one free to stop it)
+    judged_pairs: int = 0  # ... and the pairs it had at the last
     began_at: float = field(default_factory=time.monotonic)
     not_judged: bool = False  # the script replaced what the change was made to
     logs: list = field(default_factory=list)  # an interleaved trial's pairs: log(rate with / without)
@@ -602,14 +604,19 @@ class ExperimentRunner:
         exp.baseline, exp.after, exp.pairs, exp.logs = before, after, len(logs), logs
         schedule = exp.schedule
         all_done = self.latest_step >= schedule.first + len(schedule.order) * schedule.block - 1
-        if len(logs) < PAIRS * (1 + exp.extensions) and not all_done:
+        # judged at each new pair from the first PAIRS on, each look held to its share of the
+        # 5% (a short run ends a trial of 0.4 s blocks on a busy core after 7 pairs: a look
+        # every 4 never came)
+        if (len(logs) < PAIRS or len(logs) <= exp.judged_pairs) and not all_done:
             return
-        exp.change = paired_change(before, after, logs, floor=NOISE, looks=exp.extensions + 1)
+        exp.judged_pairs = len(logs)
+        exp.looks += 1
+        exp.change = paired_change(before, after, logs, floor=NOISE, looks=exp.looks)
         verdict = judge(exp.change[:3])
         undecided = verdict == NO_CHANGE and exp.change[3] > NOISE
-        if undecided and not all_done and exp.extensions < self._extensions_for(exp) \
+        exp.extensions = max(0, (len(logs) - 1) // PAIRS)
+        if undecided and not all_done and len(logs) < PAIRS * (1 + self._extensions_for(exp)) \
                 and time.monotonic() - exp.began_at < MAX_TRIAL_SECONDS:
-            exp.extensions += 1
             return
         keep = keeps(verdict, exp.changes_maths)
         exp.kept = keep
@@ -664,7 +671,7 @@ class ExperimentRunner:
             exp.error = "the run ended as the verdict was being applied"
         elif exp.method == "interleaved" and exp.schedule is not None:  # the pairs so far, for what they say
             pairs = len(exp.logs)
-            exp.change = paired_change(exp.baseline, exp.after, exp.logs, floor=NOISE, looks=exp.extensions + 1) \
+            exp.change = paired_change(exp.baseline, exp.after, exp.logs, floor=NOISE, looks=exp.looks + 1) \
                 if pairs >= 2 else None
             exp.error = f"the run ended after {pairs} pair{'s' if pairs != 1 else ''} of blocks"
         else:
