@@ -344,9 +344,10 @@ def test_persistent_workers_are_measured_over_whole_epochs():
 
 
 # --- interleaved trials -------------------------------------------------------------
-def run_interleaved(rate_of, changes_maths=False, steps=20_000, block=None, est_gain=None, seed=7):
+def run_interleaved(rate_of, changes_maths=False, steps=20_000, block=None, est_gain=None, seed=7, end_at=None):
     """An interleaved trial where step ``s`` runs at ``rate_of(s, setting)`` samples/s;
-    the schedule the runner sends is followed exactly. Returns (result, rows, probe)."""
+    the schedule the runner sends is followed exactly; ``end_at``: the run ends at that
+    step. Returns (result, rows, probe)."""
     probe, results = Probe(), []
     runner = ExperimentRunner(probe, results.append, seed=seed)
     rows = [r._replace(wall=32 / rate_of(r.step, "A")) for r in step_rows(0, 30, 100.0)]
@@ -362,6 +363,9 @@ def run_interleaved(rate_of, changes_maths=False, steps=20_000, block=None, est_
             else "A"
         rows.append(step_rows(step, 1, rate_of(step, setting))[0])
         step += 1
+        if step == end_at:
+            runner.end_of_run()
+            break
         if step % 50 == 0:
             runner.tick(rows)
             if len(probe.sent) > 1 and probe.sent[-1]["t"] == "conclude":
@@ -427,6 +431,18 @@ def test_a_2x_change_on_a_busy_core_is_measured_until_it_decides():
         result, _, _ = run_interleaved(busy_core(100 + seed, 2.0, 0.9, 150, 0.3), changes_maths=True, est_gain=2.0,
                                        seed=seed)
         assert result["verdict"] == "faster" and result["kept"], (seed, result["speedup_interval"], result["pairs"])
+
+
+def test_a_short_run_s_trial_is_judged_at_each_new_pair_before_it_ends():
+    # mistakes.py beside a spinning core: the run ended after 7 pairs of 0.4 s blocks, the
+    # trial undecided at 4 and never looked at again (it looked every 4): 1.5x [1.1x, 2.0x]
+    # left unjudged. Each of these runs ends 7 pairs (of 125 steps a block) in.
+    decided = 0
+    for seed in range(20):
+        result, _, _ = run_interleaved(busy_core(200 + seed, 1.8, 0.3, 150, 0.3), est_gain=2.0, seed=seed,
+                                       end_at=30 + 7 * 2 * 125)
+        decided += result["verdict"] == "faster" and result["kept"]
+    assert decided == 20, decided  # looked at every 4 pairs: 16 of these 20
 
 
 def test_an_interleaved_trial_that_hurts_is_undone():
