@@ -16,6 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
+from fastmon.advisor.facts import Facts
 from fastmon.common.pipeline_names import FOLDER, HANDOFF
 
 WAITING_RATIO = 2.0  # a stage whose wall is this many times its CPU waits (a read, a sleep) ...
@@ -37,11 +38,31 @@ def _sources(run_dir: Path, fact: dict | None) -> tuple[list[dict], list[dict]]:
     return ([fact] if fact else []), workers
 
 
-def _sum(sources: list[dict], key: str) -> dict[str, list]:
-    """stage -> [count, cpu_ns, wall_ns, where], summed over the sources."""
+def _datasets(source: dict) -> dict:
+    """A source's stage times by dataset (a record of the first version: one, unnamed)."""
+    return source.get("datasets") or ({"": source["stages"]} if source.get("stages") else {})
+
+
+def _chosen(sources: list[dict], facts: dict) -> str | None:
+    """The training loader's dataset, where its fact names it and something was timed of
+    it; else the dataset with the most samples timed."""
+    timed: dict[str, int] = {}
+    for source in sources:
+        for key, stages in _datasets(source).items():
+            timed[key] = timed.get(key, 0) + sum(stages[n].get("samples") or 0 for n in FETCHED if n in stages)
+    loader = Facts(values=facts).training_loader() or {}
+    if loader.get("pipeline_key") in timed:
+        return loader["pipeline_key"]
+    return max(timed, key=timed.get) if timed else None
+
+
+def _sum(sources: list[dict], key: str, dataset: str | None = None) -> dict[str, list]:
+    """stage -> [count, cpu_ns, wall_ns, where], summed over the sources (of ``dataset``'s
+    stages, for the per-sample ones)."""
     summed: dict[str, list] = {}
     for source in sources:
-        for name, stage in (source.get(key) or {}).items():
+        table = (_datasets(source).get(dataset) or {}) if key == "stages" else (source.get(key) or {})
+        for name, stage in table.items():
             entry = summed.setdefault(name, [0, 0, 0, stage.get("where")])
             entry[0] += stage.get("samples") or stage.get("batches") or 0
             entry[1] += stage.get("cpu_ns") or 0
@@ -49,13 +70,17 @@ def _sum(sources: list[dict], key: str) -> dict[str, list]:
     return summed
 
 
-def pipeline_summary(run_dir, fact: dict | None) -> dict | None:
-    """{"stages": [{name, where, samples, cpu_ms, wall_ms, waiting}] ms a sample, the slowest
-    (wall) first; "batch_stages": [{name, batches, cpu_ms, wall_ms}] ms a batch; "workers":
-    how many ran at once (0: the training thread made the batches); "worker_rows"}; None
-    where nothing was timed."""
-    main, workers = _sources(run_dir, fact)
-    summed = _sum(main + workers, "stages")
+def pipeline_summary(run_dir, facts: dict | None) -> dict | None:
+    """Of the training loader's dataset (``facts``: the run's, its ``pipeline`` fact and
+    the loaders'): {"dataset", "stages": [{name, where, samples, cpu_ms, wall_ms, waiting}]
+    ms a sample, the slowest (wall) first; "batch_stages": [{name, batches, cpu_ms,
+    wall_ms}] ms a batch; "workers": how many ran at once (0: the training thread made the
+    batches); "worker_rows"; "others": the other datasets timed}; None where nothing was."""
+    facts = facts or {}
+    main, every_worker = _sources(run_dir, facts.get("pipeline"))
+    dataset = _chosen(main + every_worker, facts)
+    workers = [w for w in every_worker if dataset in _datasets(w)]  # the other loaders' workers apart
+    summed = _sum(main + workers, "stages", dataset)
     batch = _sum(main + workers, "batch_stages")
     if not summed and not batch:
         return None
@@ -81,8 +106,9 @@ def pipeline_summary(run_dir, fact: dict | None) -> dict | None:
     batch_stages = [{"name": name, "batches": count, "cpu_ms": round(cpu_ns / count / 1e6, 4),
                      "wall_ms": round(wall_ns / count / 1e6, 4)}
                     for name, (count, cpu_ns, wall_ns, _) in batch.items() if count]
-    rows = [row for row in map(_worker_row, workers) if row]
-    return {"stages": stages, "batch_stages": batch_stages, "workers": _at_once(workers), "core_wait": for_a_core,
+    rows = [row for row in (_worker_row(w, dataset) for w in workers) if row]
+    others = sorted({key for source in main + every_worker for key in _datasets(source)} - {dataset})
+    return {"dataset": dataset, "others": others, "stages": stages, "batch_stages": batch_stages, "workers": _at_once(workers), "core_wait": for_a_core,
             "processes": len(workers), "worker_rows": _flag_slower(rows)}
 
 
@@ -114,10 +140,10 @@ def _at_once(workers: list[dict]) -> int:
     return max((sum(1 for start, end in spans if start <= began < end) for began, _ in spans), default=0)
 
 
-def _worker_row(worker: dict) -> dict | None:
+def _worker_row(worker: dict, dataset: str | None) -> dict | None:
     """One worker: ms a sample it took to fetch, the CPU share of that time (computes or
     waits), and how busy it kept its core over its life."""
-    stages = worker.get("stages") or {}
+    stages = _datasets(worker).get(dataset) or {}
     top = [stages[name] for name in (*FETCHED, *BATCH_LEVEL) if name in stages]
     samples = sum(stages[name].get("samples") or 0 for name in FETCHED if name in stages)
     wall_ns = sum(stage.get("wall_ns") or 0 for stage in top)
@@ -149,8 +175,10 @@ def pipeline_lines(pipeline: dict | None) -> list[str]:
     where = "in the training thread" if not at_once else (
         f"in {at_once} DataLoader worker process{'es' if at_once > 1 else ''}")
     lines = []
+    of = (pipeline.get("dataset") or "").split("/")[0]
+    of = f" of {of}" + (" (the training loader's)" if pipeline.get("others") else "") if of else ""
     if pipeline["stages"]:
-        lines.append(f"  data pipeline, ms a sample (CPU / wall, {where}, the slowest first):")
+        lines.append(f"  data pipeline{of}, ms a sample (CPU / wall, {where}, the slowest first):")
     for stage in pipeline["stages"]:
         at = f" ({stage['where']})" if stage["where"] else ""
         waits = (" — waits (a read, a sleep), not CPU" if pipeline.get("core_wait") is not None else

@@ -734,7 +734,7 @@ class Session:
         workers' files), as a fact the rules read."""
         if self.run_dir is None:
             return
-        stages = pipeline_summary(self.run_dir, self._state.facts.get("pipeline"))
+        stages = pipeline_summary(self.run_dir, self._state.facts)
         if stages is not None:
             self._state.facts["pipeline_stages"] = stages
 

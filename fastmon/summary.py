@@ -328,7 +328,7 @@ def summarize(run_dir) -> dict:
         summary["applied"] = [_applied_out(a) for rec in records for a in rec.applied()]
         facts = records[0].facts()
         summary["tokens_note"] = tokens_note(summary, facts, meta)
-        summary["pipeline"] = pipeline_summary(dirs[0], facts.get("pipeline"))
+        summary["pipeline"] = pipeline_summary(dirs[0], facts)
         from fastmon.rederive import advice_now, advised_by_other_rules  # (it reads this module's windows)
 
         summary["advice_rederived"] = advised_by_other_rules(meta)

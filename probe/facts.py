@@ -200,7 +200,18 @@ def describe_loader(loader) -> dict:
         # a collate_fn of the script's own may do the slow work an in-memory dataset does not
         "default_collate": loader.collate_fn in (default_collate, default_convert),
         "len": _safe_len(loader),
+        # whose stage times in the data pipeline are this loader's (fastmon.pipeline)
+        "pipeline_key": _pipeline_key(loader.dataset),
     }
+
+
+def _pipeline_key(dataset) -> str | None:
+    from fastmon.probe.pipeline_stages import dataset_key
+
+    try:
+        return dataset_key(dataset)
+    except Exception:  # a dataset whose attributes raise: its stages pooled with any other's
+        return None
 
 
 def batch_shape(loader) -> tuple[int | None, int | None]:

@@ -50,7 +50,10 @@ DECODERS = (("PIL.Image", None, "open", "image open (PIL)"),
 
 _WORKER_LOOP = torch_worker._worker_loop  # torch's own, whether or not this process patched it
 _timing = False  # whether the batch being fetched is timed (transforms read it)
-_stats: dict[str, list] = {}  # stage -> [samples, cpu_ns, wall_ns, where]
+# dataset (dataset_key) -> stage -> [samples, cpu_ns, wall_ns, where]: a training loader's
+# and a validation loader's stages apart
+_stats: dict[str, dict[str, list]] = {}
+_table: dict[str, list] = {}  # the stages of the dataset whose batch is being timed
 _batch_stats: dict[str, list] = {}  # per-batch stage -> [batches, cpu_ns, wall_ns]
 _written = 0.0
 _batches = 0
@@ -80,8 +83,9 @@ def totals() -> dict:
     """This process's stage totals so far."""
     return {"pid": os.getpid(), "cpu_s": time.process_time() - _cpu_at_start, "began": _began,
             "wall_s": time.monotonic() - _started if _started else None,
-            "stages": {name: {"samples": s, "cpu_ns": c, "wall_ns": w, "where": where}
-                       for name, (s, c, w, where) in list(_stats.items())},  # (list: atomic, as it grows)
+            "datasets": {key: {name: {"samples": s, "cpu_ns": c, "wall_ns": w, "where": where}
+                               for name, (s, c, w, where) in list(table.items())}  # (list: atomic, as it grows)
+                         for key, table in list(_stats.items())},
             "batch_stages": {name: {"batches": b, "cpu_ns": c, "wall_ns": w}
                              for name, (b, c, w, _) in list(_batch_stats.items())},
             "off_cpu_ns": _off_cpu and _off_cpu[0], "run_delay_ns": _off_cpu and _off_cpu[1]}
@@ -111,7 +115,7 @@ class TimedStage:
         try:
             return self.inner(*args, **kwargs)
         finally:
-            _add(_stats, self.stage, self.where, 1, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
+            _add(_table, self.stage, self.where, 1, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -174,6 +178,29 @@ def wrap_transforms(dataset) -> None:
         node, seen = getattr(node, "ex_iterable", None), seen + 1
 
 
+def dataset_key(dataset) -> str:
+    """What tells one loader's data pipeline from another's, the same in the training
+    process and in any worker (a spawned one unpickles the transforms untimed): the
+    dataset's class and its transforms' names (timm's training and validation datasets are
+    one class, their transforms differ)."""
+    names = [type(dataset).__name__]
+    for attribute in ("transform", "target_transform", "transforms"):
+        pipeline = getattr(dataset, attribute, None)
+        steps = getattr(pipeline, "transforms", None)
+        if isinstance(steps, list):
+            names += [_inner_name(step) for step in steps]
+        elif callable(pipeline):
+            names.append(_inner_name(pipeline))
+    format_kwargs = getattr(dataset, "_format_kwargs", None)
+    if isinstance(format_kwargs, dict) and callable(format_kwargs.get("transform")):
+        names.append(_inner_name(format_kwargs["transform"]))
+    return "/".join(names)
+
+
+def _inner_name(step) -> str:
+    return step.stage if isinstance(step, TimedStage) else stage_name(step)
+
+
 def _wrap_steps(pipeline) -> bool:
     """Wrap each step of a Compose-like ``pipeline`` in place; whether it had steps."""
     steps = getattr(pipeline, "transforms", None)
@@ -198,7 +225,7 @@ def _timed_call(original, stage: str):
         try:
             return original(*args, **kwargs)
         finally:
-            _add(_stats, stage, None, 1, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
+            _add(_table, stage, None, 1, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall)
 
     timed.__wrapped__ = original
     timed._fastmon = True
@@ -379,7 +406,8 @@ def _run_delay() -> int | None:
 
 def _timed(fetcher, index, original, iterable: bool):
     """One batch, each stage timed: the items (all of ``__getitem__``), then the collate."""
-    global _timing, _off_cpu
+    global _timing, _off_cpu, _table
+    _table = _stats.setdefault(dataset_key(fetcher.dataset), {})
     _timing = True
     delay = _run_delay() if _off_cpu else None
     batch_cpu, batch_wall = time.thread_time_ns(), time.perf_counter_ns()
@@ -388,15 +416,15 @@ def _timed(fetcher, index, original, iterable: bool):
             cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
             batch = original(fetcher, index)
             samples = len(index) if fetcher.auto_collation else 1
-            _add(_stats, "items and collate", None, samples, time.thread_time_ns() - cpu,
+            _add(_table, "items and collate", None, samples, time.thread_time_ns() - cpu,
                  time.perf_counter_ns() - wall)
             return batch
         cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
         data = [fetcher.dataset[i] for i in index]
         cpu2, wall2 = time.thread_time_ns(), time.perf_counter_ns()
-        _add(_stats, "__getitem__", where_defined(fetcher.dataset), len(data), cpu2 - cpu, wall2 - wall)
+        _add(_table, "__getitem__", where_defined(fetcher.dataset), len(data), cpu2 - cpu, wall2 - wall)
         batch = fetcher.collate_fn(data)
-        _add(_stats, "collate_fn", None, len(data), time.thread_time_ns() - cpu2, time.perf_counter_ns() - wall2)
+        _add(_table, "collate_fn", None, len(data), time.thread_time_ns() - cpu2, time.perf_counter_ns() - wall2)
         return batch
     finally:
         _timing = False

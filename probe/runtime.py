@@ -221,8 +221,8 @@ class Probe:
         self.clock.let_go_of_dropped_iterator()
         self.loader_part.report()
         stages = pipeline_totals()
-        if stages["stages"] or stages["batch_stages"]:  # the training process's own stage times
-            self.fact("pipeline", {"stages": stages["stages"], "batch_stages": stages["batch_stages"]})
+        if stages["datasets"] or stages["batch_stages"]:  # the training process's own stage times
+            self.fact("pipeline", {"datasets": stages["datasets"], "batch_stages": stages["batch_stages"]})
         self._say_timing()
         if self.forward_part.compile_in_use:
             self.compile_watch.at_round(self.clock.step)

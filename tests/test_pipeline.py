@@ -14,6 +14,10 @@ import pytest
 
 from conftest import SCRIPTS, clean_env
 
+# where the slow transform is, as the report names it (the script's lines move as it grows)
+SLOW_BLUR = "slow_transform.py:" + str(next(n for n, line in enumerate(
+    (SCRIPTS / "slow_transform.py").read_text().splitlines(), 1) if line.startswith("class SlowBlur")))
+
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("workers,start", [(0, None), (1, None), (2, "spawn")])
@@ -24,12 +28,12 @@ def test_the_slow_transform_is_named_with_its_line_and_its_cpu_cost(run_fastmon,
     alone = float(re.search(r"alone ([\d.]+) ms", out.stdout)[1])
     pipeline = report()["pipeline"]
     slowest = pipeline["stages"][0]
-    assert (slowest["name"], slowest["where"]) == ("SlowBlur", "slow_transform.py:33")
+    assert (slowest["name"], slowest["where"]) == ("SlowBlur", SLOW_BLUR)
     assert slowest["cpu_ms"] == pytest.approx(alone, rel=0.25) and not slowest["waiting"]
     assert {s["name"] for s in pipeline["stages"]} == {"SlowBlur", "Scale", "Clamp", "collate_fn",
                                                         "the rest of __getitem__"}
     assert pipeline["workers"] == workers
-    assert "SlowBlur (slow_transform.py:33): " in out.stderr  # the report's line
+    assert f"SlowBlur ({SLOW_BLUR}): " in out.stderr  # the report's line
     if workers:  # each worker process: how much of its fetching computes, how busy its core
         assert len(pipeline["worker_rows"]) == workers
         assert all(row["fetch_cpu_share"] > 0.5 for row in pipeline["worker_rows"]), pipeline["worker_rows"]
@@ -39,12 +43,19 @@ def test_the_slow_transform_is_named_with_its_line_and_its_cpu_cost(run_fastmon,
 
 @pytest.mark.e2e
 def test_two_workers_computing_on_two_cores_are_called_core_bound(run_fastmon, report):
-    out = run_fastmon("run", "--headless", SCRIPTS / "slow_transform.py", "--workers", "2", "--batches", "200")
+    # a validation loader after it, of the same dataset class with other transforms and
+    # workers of its own: the table is the training loader's, its workers only
+    out = run_fastmon("run", "--headless", SCRIPTS / "slow_transform.py", "--workers", "2", "--batches", "200",
+                      "--validate")
     assert out.returncode == 0, out.stderr
     advice = {a["id"]: a for a in report()["advice"]}["dataloader.num_workers"]
     assert "the workers fill the cores" in advice["title"] and advice["kind"] == "suggestion", advice
     assert re.search(r"the 2 workers keep [\d.]+ of 2 cores busy \(fetching, they compute \d+% of the time\)",
                      advice["evidence"])
+    pipeline = report()["pipeline"]
+    assert pipeline["dataset"] == "Images/Scale/SlowBlur/Clamp" and pipeline["others"] == ["Images/Clamp/Scale"]
+    assert pipeline["workers"] == 2 == len(pipeline["worker_rows"]) and pipeline["processes"] == 2
+    assert "data pipeline of Images (the training loader's)" in out.stderr
 
 
 @pytest.mark.e2e
@@ -62,7 +73,7 @@ def test_a_data_bound_run_is_told_which_stage_to_make_cheaper(run_fastmon, repor
     assert out.returncode == 0, out.stderr
     summary = report()
     advice = {a["id"]: a for a in summary["advice"]}["data.slow_stage"]
-    assert advice["location"] == "slow_transform.py:32" and "SlowBlur" in advice["title"]
+    assert advice["location"] == SLOW_BLUR and "SlowBlur" in advice["title"]
     assert "after the copy to the GPU" in advice["fix"]
     assert summary["verdict"]["issue"].startswith("data-bound") and "SlowBlur" in summary["verdict"]["next"]
 

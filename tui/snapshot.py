@@ -275,7 +275,7 @@ class ReplaySource:
         self.meta = record.meta()
         self.facts = record.facts()
         # the report's table: the training thread's fact and the workers' files, as last written
-        self.pipeline = pipeline_summary(run_dir, self.facts.get("pipeline"))
+        self.pipeline = pipeline_summary(run_dir, self.facts)
         self._epochs = epochs_by_step(self.facts, record.fact_history())
         self.host = record.samples("host")
         self._host_times = [ts for ts, _, _ in self.host]

@@ -12,6 +12,7 @@ parser.add_argument("--workers", type=int, default=0)
 parser.add_argument("--batches", type=int, default=60)
 parser.add_argument("--sleepy", action="store_true")
 parser.add_argument("--start", default=None, help="the workers' start method")
+parser.add_argument("--validate", action="store_true", help="then a validation loader of other transforms")
 args = parser.parse_args()
 
 
@@ -71,6 +72,11 @@ def main():
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
+    if args.validate:  # timm's way: one dataset class, lighter transforms, workers of its own
+        validation = DataLoader(Images(Compose([Clamp(), Scale()])), batch_size=32, num_workers=args.workers)
+        with torch.no_grad():
+            for x, y in validation:
+                model(x)
 
 
 if __name__ == "__main__":  # a spawned worker imports this file again
