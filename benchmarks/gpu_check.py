@@ -24,6 +24,9 @@ Checks (group 1):
                       between steps) and training goes on unchanged
   profile_capture     `--profile-at`: a torch.profiler capture of CUDA steps holds the
                       kernels (top operators by self CUDA time) and the trace file
+  pipeline_pin        the data pipeline with pin_memory=True on CUDA: the pin-memory
+                      thread's copy timed a batch, the transform named, every batch as
+                      without fastmon
 Checks (group 2):
   starved_fixed       the starved example fixed live (workers + pin_memory), >= 2.5x
   amp_bf16            bf16 autocast hot-applied (on accept) on a GPU-bound float32 MLP:
@@ -89,6 +92,43 @@ MATMUL_LOOP = textwrap.dedent("""
         print(f"steady_ms_per_step {early.elapsed_time(end) / (steps - 500):.4f}")
 """)
 ITEM_LINE = next(n for n, line in enumerate(MATMUL_LOOP.splitlines(), 1) if "loss.item()" in line)  # matmul.py's line
+PIN_LOOP = textwrap.dedent("""
+    import hashlib, sys, torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Blur:  # ~0.5 ms of CPU a sample
+        def __call__(self, x):
+            for _ in range(20):
+                x = torch.nn.functional.avg_pool1d(x[None], 3, 1, 1)[0]
+            return x
+
+    class Compose:
+        def __init__(self, transforms):
+            self.transforms = transforms
+
+        def __call__(self, x):
+            for t in self.transforms:
+                x = t(x)
+            return x
+
+    class Signals(Dataset):
+        transform = Compose([Blur()])
+
+        def __len__(self):
+            return 4096
+
+        def __getitem__(self, i):
+            return self.transform(torch.full((4096,), float(i % 97))), i % 2
+
+    if __name__ == "__main__":
+        digest = hashlib.sha1()
+        model = torch.nn.Linear(4096, 2).cuda()
+        for x, y in DataLoader(Signals(), batch_size=64, num_workers=2, pin_memory=True):
+            x = x.cuda(non_blocking=True)
+            digest.update(x.sum(dim=1).cpu().numpy().tobytes())
+            torch.nn.functional.cross_entropy(model(x), y.cuda()).backward()
+        print(f"digest {digest.hexdigest()[:16]}")
+""")
 NANOGPT = ROOT / "benchmarks" / "clients" / "nanogpt"
 NANOGPT_ARGS = ["train.py", "config/train_shakespeare_char.py", "--max_iters=300", "--eval_interval=1000",
                 "--eval_iters=10", "--log_interval=10", "--lr_decay_iters=300"]
@@ -239,6 +279,22 @@ def check_h2d_pinned(cwd: Path) -> str:
     assert "dataloader.pin_memory" not in ids(pinned), "pin_memory advice on pinned copies"
     return (f"h2d share pageable {pageable['phases']['h2d']:.1%} vs pinned {pinned['phases']['h2d']:.1%}; "
             "pin_memory advised for pageable only")
+
+
+def check_pipeline_pin(cwd: Path) -> str:
+    loop = script(cwd, "pinned_loader.py", PIN_LOOP)
+    bare = run([sys.executable, str(loop)], cwd)
+    out = fastmon(["run", "--headless", loop], cwd)
+    assert bare.returncode == 0 == out.returncode, out.stderr[-2000:]
+    digests = [re.search(r"digest (\w+)", o.stdout)[1] for o in (bare, out)]
+    assert digests[0] == digests[1], f"the batches differ under fastmon: {digests}"
+    pipeline = report(cwd)["pipeline"]
+    per_batch = {stage["name"]: stage for stage in pipeline["batch_stages"]}
+    assert "pin_memory thread" in per_batch, f"no pin-memory stage: {pipeline}"
+    assert per_batch["pin_memory thread"]["cpu_ms"] > 0 and pipeline["stages"][0]["name"] == "Blur", pipeline
+    return (f"pin_memory thread {per_batch['pin_memory thread']['cpu_ms']:.3f} ms CPU / "
+            f"{per_batch['pin_memory thread']['wall_ms']:.3f} wall a batch; Blur "
+            f"{pipeline['stages'][0]['cpu_ms']:.3f} ms a sample; batches as without fastmon")
 
 
 def check_item_sync(cwd: Path) -> str:
@@ -414,6 +470,7 @@ CHECKS = {
     "amp_bf16": check_amp_bf16,
     "oom_revert": check_oom_revert,
     "profile_capture": check_profile_capture,
+    "pipeline_pin": check_pipeline_pin,
     "nanogpt_eager": check_nanogpt_eager,
     "nanogpt_compiled": check_nanogpt_compiled,
     "hf_trainer": check_hf_trainer,
@@ -422,7 +479,7 @@ CHECKS = {
 # from the 2026-12-04 H200 logs, to be replaced by the next run's measured ones)
 GROUPS = {
     1: {"events_vs_profiler": 20, "no_added_sync": 40, "h2d_pinned": 25, "item_sync": 10, "nvml": 15,
-        "oom_revert": 15, "profile_capture": 15},
+        "oom_revert": 15, "profile_capture": 15, "pipeline_pin": 20},
     2: {"starved_fixed": 60, "amp_bf16": 25, "nanogpt_eager": 50, "nanogpt_compiled": 110, "hf_trainer": 20},
 }
 
