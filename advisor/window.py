@@ -193,6 +193,9 @@ class Window:
         if not timed:
             return w
         long_timed = [timed[i] for i in timed if timed[i].wall > long and not timed[i].eval_forwards]
+        # an evaluating step is long for its own forwards, not for the loader: out of both
+        w.long_excess -= sum(timed[i].wall - w.step_median for i in timed
+                             if timed[i].wall > long and timed[i].eval_forwards)
         if long_timed:
             w.long_data_share = min(1.0, sum(r.data_wait or 0 for r in long_timed)
                                     / sum(r.wall - w.step_median for r in long_timed))

@@ -124,7 +124,7 @@ def _stage(name: str, where, samples: int, cpu_ms: float, wall_ms: float, for_a_
 def _core_wait_share(sources: list[dict]) -> float | None:
     """Of the timed batches' time off the CPU, the share runnable but waiting for a core;
     None where any process's kernel did not keep it."""
-    off = [(s.get("off_cpu_ns"), s.get("run_delay_ns")) for s in sources]
+    off = [(s.get("off_cpu_ns"), s.get("run_delay_ns")) for s in sources if _datasets(s)]  # those that fetched
     if not off or any(o is None or d is None for o, d in off):
         return None
     total = sum(o for o, _ in off)

@@ -29,7 +29,8 @@ def advice_now(record: RunRecord, rank: int, table: StepTable, left_out, applied
     window = current_window(table, applied, left_out)
     span = steady_span(record, rank, table, left_out)
     run_facts = Facts(values=dict(facts, script=meta.get("script") or "", script_argv=script_args(meta.get("target")
-                                                                                               or [])),
+                                                                                               or []),
+                                  advice_acted_on=sorted(acted)),
                       events=record.events(), gpu=samples_during(record.samples("gpu"), span),
                       host_cpu_count=(facts.get("environment") or {}).get("cpu_count") or 1,
                       ranks=max(len(record.ranks()), 1))

@@ -520,7 +520,8 @@ class Session:
         time (the host's reach back to ``since``, the first step advised on)."""
         state = self._state
         return Facts(values=dict(state.facts, script=" ".join(self.options.target),
-                                 script_argv=script_args(self.options.target)), events=list(state.events),
+                                 script_argv=script_args(self.options.target),
+                                 advice_acted_on=sorted(self.tried | self.dismissed)), events=list(state.events),
                      gpu=samples_during(state.gpu, rows_span(rows)), host_cpu_count=os.cpu_count() or 1,
                      host_cpu=cpu_during(state.cpu, rows_span(rows), since),
                      ranks=max(len(state.ranks), 1))
@@ -882,7 +883,7 @@ def cpu_during(readings, span: tuple[float, float] | None, since: float) -> dict
         return None
     n = len(during)
     trainer, workers, children, machine = (sum(r[i] for r in during) / n for i in (1, 2, 3, 4))
-    return {"trainer": round(trainer, 3), "workers": round(workers, 3),
+    return {"trainer": round(trainer, 3), "workers": round(workers, 3), "children": round(children, 3),
             "others": round(max(0.0, machine - trainer - workers - children), 3), "samples": n}
 
 

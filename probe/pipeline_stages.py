@@ -81,6 +81,7 @@ def _add(table: dict, stage: str, where, count: int, cpu_ns: int, wall_ns: int) 
 
 def totals() -> dict:
     """This process's stage totals so far."""
+    off = _off_cpu  # once: the training thread may set it to None meanwhile
     return {"pid": os.getpid(), "cpu_s": time.process_time() - _cpu_at_start, "began": _began,
             "wall_s": time.monotonic() - _started if _started else None,
             "datasets": {key: {name: {"samples": s, "cpu_ns": c, "wall_ns": w, "where": where}
@@ -88,7 +89,7 @@ def totals() -> dict:
                          for key, table in list(_stats.items())},
             "batch_stages": {name: {"batches": b, "cpu_ns": c, "wall_ns": w}
                              for name, (b, c, w, _) in list(_batch_stats.items())},
-            "off_cpu_ns": _off_cpu and _off_cpu[0], "run_delay_ns": _off_cpu and _off_cpu[1]}
+            "off_cpu_ns": off and off[0], "run_delay_ns": off and off[1]}
 
 
 def _write(now: float) -> None:
@@ -182,18 +183,22 @@ def dataset_key(dataset) -> str:
     """What tells one loader's data pipeline from another's, the same in the training
     process and in any worker (a spawned one unpickles the transforms untimed): the
     dataset's class and its transforms' names (timm's training and validation datasets are
-    one class, their transforms differ)."""
+    one class, their transforms differ). A dataset whose attributes raise: its class alone."""
     names = [type(dataset).__name__]
-    for attribute in ("transform", "target_transform", "transforms"):
-        pipeline = getattr(dataset, attribute, None)
-        steps = getattr(pipeline, "transforms", None)
-        if isinstance(steps, list):
-            names += [_inner_name(step) for step in steps]
-        elif callable(pipeline):
-            names.append(_inner_name(pipeline))
-    format_kwargs = getattr(dataset, "_format_kwargs", None)
-    if isinstance(format_kwargs, dict) and callable(format_kwargs.get("transform")):
-        names.append(_inner_name(format_kwargs["transform"]))
+    try:
+        for attribute in ("transform", "target_transform", "transforms"):
+            pipeline = getattr(dataset, attribute, None)
+            steps = getattr(pipeline, "transforms", None)
+            if isinstance(steps, list):
+                names += [_inner_name(step) for step in steps]
+            elif callable(pipeline):
+                names.append(_inner_name(pipeline))
+        if type(dataset).__module__.startswith("datasets."):
+            format_kwargs = getattr(dataset, "_format_kwargs", None)
+            if isinstance(format_kwargs, dict) and callable(format_kwargs.get("transform")):
+                names.append(_inner_name(format_kwargs["transform"]))
+    except Exception:
+        return names[0]
     return "/".join(names)
 
 
@@ -310,6 +315,8 @@ def _as_worker(dataset) -> None:
     """This process is a DataLoader worker: its own totals (a forked one inherited the
     trainer's), written to its file; an error it sends the trainer reads as without fastmon."""
     global _stats, _batch_stats, _batches, _written, _started, _began, _cpu_at_start, _worker_path, _off_cpu
+    global _main_timing
+    _main_timing = None  # a forked worker's copy of the trainer's clock says nothing of its batches
     _stats, _batch_stats, _batches, _written, _off_cpu = {}, {}, 0, 0.0, [0, 0]
     _started, _began, _cpu_at_start = time.monotonic(), time.time(), time.process_time()
     run_dir = os.environ.get("FASTMON_RUN_DIR")

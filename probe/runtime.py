@@ -222,7 +222,8 @@ class Probe:
         self.loader_part.report()
         stages = pipeline_totals()
         if stages["datasets"] or stages["batch_stages"]:  # the training process's own stage times
-            self.fact("pipeline", {"datasets": stages["datasets"], "batch_stages": stages["batch_stages"]})
+            self.fact("pipeline", {key: stages[key] for key in ("datasets", "batch_stages", "off_cpu_ns",
+                                                                "run_delay_ns")})
         self._say_timing()
         if self.forward_part.compile_in_use:
             self.compile_watch.at_round(self.clock.step)

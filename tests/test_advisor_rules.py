@@ -341,6 +341,12 @@ def test_prefetch_factor_is_searched_live_for_bursts():
     assert "dataloader.prefetch_factor" not in fired(bursty(), facts(loader=WORKERS, pipeline_stages=slow))
     quick = {**slow, "worker_rows": [dict(slow["worker_rows"][0], ms_a_sample=0.2)] * 2}
     assert "dataloader.prefetch_factor" in fired(bursty(), facts(loader=WORKERS, pipeline_stages=quick))
+    # an evaluation pass of 30 s in one step is long for its forwards, not a burst of the loader's
+    evaluating = bursty(every=1000) + rows(n=1, ms={"forward": 30_000.0}, eval_forwards=64, step=lambda s: 64)
+    assert "dataloader.prefetch_factor" not in fired(evaluating, facts(loader=WORKERS))
+    # once tried (kept or not) or dismissed, the worker count is advised again
+    tried = fired(bursty(), facts(loader=WORKERS, advice_acted_on=["dataloader.prefetch_factor"]))
+    assert "dataloader.prefetch_factor" not in tried and "dataloader.num_workers" in tried
 
 
 def test_workers_that_compute_on_every_core_are_called_core_bound_citing_their_cpu():
@@ -364,6 +370,9 @@ def test_workers_that_compute_on_every_core_are_called_core_bound_citing_their_c
     timed.host_cpu = {"trainer": 0.5, "workers": 0.9, "others": 0.5}
     found = fired(rows(ms=STARVED), timed)["dataloader.num_workers"]
     assert "(fetching, they compute 75% of the time)" in found.evidence and found.apply is None
+    # compile workers (the trainer's other children) keep the rest busy: no core is idle
+    timed.host_cpu = {"trainer": 0.5, "workers": 0.9, "children": 0.6, "others": 0.0}
+    assert "fill the cores" in fired(rows(ms=STARVED), timed)["dataloader.num_workers"].title
     # the first host sample after the workers start counts them as other processes (their
     # pids come later): "the 2 workers keep 0.0 of 2 cores busy" is not said
     timed.host_cpu = {"trainer": 0.5, "workers": 0.0, "others": 1.5}

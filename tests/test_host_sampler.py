@@ -39,7 +39,7 @@ def test_another_jobs_load_is_read_from_the_latest_samples_when_the_steps_span_t
     importing = [(t, 1.0, 0.0, 0.0, 1.1) for t in (-1.0, -0.5)]  # before the first step: the run's own churn
     readings = importing + [(t, 1.0, 0.0, 0.0, 2.0) for t in (0.0, 0.5, 1.0, 1.5)]  # trainer 1 core, machine 2
     seen = cpu_during(readings, (1.6, 1.8), since=0.0)
-    assert seen == {"trainer": 1.0, "workers": 0.0, "others": 1.0, "samples": LOAD_SAMPLES}
+    assert seen == {"trainer": 1.0, "workers": 0.0, "children": 0.0, "others": 1.0, "samples": LOAD_SAMPLES}
     assert cpu_during(readings, (0.0, 1.5), since=0.0)["samples"] == 4  # a span that holds enough keeps its own
     assert cpu_during(readings, (0.1, 0.2), since=0.6)["samples"] == 2  # nothing from before the steps
 

@@ -63,7 +63,8 @@ def idle_cores(facts) -> float | None:
     cores = facts.host_cpu
     if not cores:
         return None
-    return facts.host_cpu_count - cores["trainer"] - cores.get("workers", 0.0) - cores["others"]
+    return (facts.host_cpu_count - cores["trainer"] - cores.get("workers", 0.0) - cores.get("children", 0.0)
+            - cores["others"])  # children: compile workers, workers starting, a launcher
 
 
 def torch_threads(facts) -> int:

@@ -9,7 +9,7 @@ Why it matters: each worker holds at most ``prefetch_factor`` batches ahead (2 b
 default): a stall longer than the batches held ahead reaches the step. More batches held
 ahead absorb it, at the cost of their memory; no more processes, no more cores.
 How to fix: ``DataLoader(..., prefetch_factor=N)``; fastmon tries N in ``FACTORS`` times
-the current one live (the rest of the epoch rebuilt with it, as a worker count is) and
+the current one live and
 keeps the fastest (``dataloader.num_workers`` waits for it: more workers would hold more
 ahead too, at a process each). The change is made in the running iterator
 (``probe/loader_hooks.py``'s ``prefetch_in_place``): no worker restarts, every batch goes to
@@ -25,7 +25,7 @@ from fastmon.advisor.types import HOT_APPLY, Advice, Apply
 
 ID = "dataloader.prefetch_factor"
 MIN_BURST_SHARE = 0.1  # of the time, long steps' waits for data beyond the median step
-MIN_STEPS = 20
+MIN_STEPS = 10  # as dataloader.num_workers': it waits for this rule, from the same step
 BURST_PART = 0.5  # of all the waiting for data, at least this much in the long steps
 FACTORS = (2, 4, 8)  # tried: the current prefetch_factor times each
 MAX_PREFETCH = 32  # batches a worker holds ahead, at most
@@ -49,6 +49,8 @@ def bursts(window, facts) -> tuple[float, float, tuple] | None:
     loader = facts.training_loader()
     if loader is None or not loader.get("num_workers") or window.steps < MIN_STEPS or window.wall <= 0:
         return None
+    if ID in facts.values.get("advice_acted_on", ()):
+        return None  # tried (kept or not) or dismissed: the worker count's turn
     if restart_stall(window, facts) is not None or not window.long_data_share:
         return None  # the epoch starts' wait is dataloader.persistent_workers'
     # an epoch's start waits for its first batch, however short: not a burst (workers that

@@ -5,7 +5,7 @@ import argparse
 import time
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--batches", type=int, default=1200)
@@ -13,17 +13,22 @@ parser.add_argument("--prefetch-factor", type=int, default=2)
 args = parser.parse_args()
 
 BATCH = 8
-SLOW_EVERY = 128  # one sample in this many is a slow read: one batch in 16
-SLOW_S, QUICK_S = 0.1, 0.0003
+SLOW_EVERY = 64  # one sample in this many is a slow read: one batch in 8
+SLOW_S, QUICK_S = 0.06, 0.0003
 
 
-class Files(Dataset):
-    def __len__(self):
-        return args.batches * BATCH
+class Files(IterableDataset):
+    """Read in the order of the batches, each worker its own: worker w reads batches w,
+    w + n, ... (an iterable dataset: fastmon cannot change its worker count live, only how
+    far ahead its workers read)."""
 
-    def __getitem__(self, i):
-        time.sleep(SLOW_S if i % SLOW_EVERY == SLOW_EVERY - 1 else QUICK_S)
-        return torch.full((512,), i % 7 / 7), i % 2
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        for batch in range(worker, args.batches, workers):
+            for i in range(batch * BATCH, (batch + 1) * BATCH):
+                time.sleep(SLOW_S if i % SLOW_EVERY == SLOW_EVERY - 1 else QUICK_S)
+                yield torch.full((512,), i % 7 / 7), i % 2
 
 
 def main():
