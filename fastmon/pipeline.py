@@ -108,8 +108,9 @@ def pipeline_summary(run_dir, facts: dict | None) -> dict | None:
                     for name, (count, cpu_ns, wall_ns, _) in batch.items() if count]
     rows = [row for row in (_worker_row(w, dataset) for w in workers) if row]
     others = sorted({key for source in main + every_worker for key in _datasets(source)} - {dataset})
-    return {"dataset": dataset, "others": others, "stages": stages, "batch_stages": batch_stages, "workers": _at_once(workers), "core_wait": for_a_core,
-            "processes": len(workers), "worker_rows": _flag_slower(rows)}
+    return {"dataset": dataset, "others": others, "stages": stages, "batch_stages": batch_stages,
+            "workers": _at_once(workers), "processes": len(workers), "core_wait": for_a_core,
+            "worker_rows": _flag_slower(rows)}
 
 
 def _stage(name: str, where, samples: int, cpu_ms: float, wall_ms: float, for_a_core: float | None) -> dict:
