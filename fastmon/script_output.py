@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import codecs
 import collections
+import ctypes
+import errno
 import os
 import select
 import subprocess
@@ -34,6 +36,44 @@ RELAY = ("import os\n"
          "while data := os.read(0, 65536):\n"
          "    while data:\n"
          "        data = data[os.write(1, data):]\n")
+
+
+def _libc_tee():
+    """Linux's tee(2), which copies a pipe's bytes without taking them; None elsewhere."""
+    try:
+        tee = ctypes.CDLL(None, use_errno=True).tee
+    except (OSError, AttributeError):
+        return None
+    tee.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint)
+    tee.restype = ctypes.c_ssize_t
+    return tee
+
+
+TEE = _libc_tee()
+SPLICE_F_NONBLOCK = 2
+
+
+class PendingChunk:
+    """A chunk copied out of the script's pipe and still in it: taken (read and dropped)
+    once, by whichever comes first, the log's writer right after writing it or the pump
+    when it stops waiting. Until then a monitor killed mid-chunk leaves it in the pipe for
+    the trainer, which drains the pipe into output.log once the monitor is gone."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        with self._lock:
+            left, self.size = self.size, 0
+            while left > 0:
+                try:
+                    got = len(os.read(self.fd, left))
+                except OSError:
+                    return
+                if not got:
+                    return
+                left -= got
 
 
 class ScriptOutput:
@@ -61,10 +101,13 @@ class ScriptOutput:
         self._let_go: set[str] = set()  # ... and it has: close ours
         self._hand_over = threading.Event()
         self._last_data = 0.0  # monotonic time of the last chunk
+        self._copies: dict[int, tuple[int, int]] = {}  # script's read end -> a pipe tee(2) copies into
 
     def start(self, fds: dict[str, int]) -> None:
         """Pump each stream's read end, named "stdout" or "stderr"."""
         for name, fd in fds.items():
+            if TEE is not None:
+                self._copies[fd] = os.pipe()
             thread = threading.Thread(target=self._pump, args=(name, fd), daemon=True, name=f"fastmon-{name}")
             thread.start()
             self._pumps[name] = thread
@@ -149,24 +192,40 @@ class ScriptOutput:
                 except Exception:  # the screens' copy: never a reason to stop passing output
                     pass
         os.close(fd)
+        for copy_fd in self._copies.pop(fd, ()):
+            os.close(copy_fd)
 
     def _take(self, fd: int, timeout: float) -> tuple[bytes, bool] | None:
         """The next chunk of a stream and whether it is recorded (b"" if none came within
         ``timeout``); None at its end. Up to OUTPUT_KEPT bytes are recorded: handed to the
-        log's writer, waited for up to RECORD_WAIT_S. Not spliced into the log by the kernel:
-        a splice into a file on a frozen disk holds the pipe's lock, and then the script's
-        own writes wait for the disk. The wait makes a killed monitor lose at most the
-        chunk in hand; a stalled disk costs the script RECORD_WAIT_S once, then none while
-        the backlog (RECORD_BACKLOG) lasts."""
+        log's writer, waited for up to RECORD_WAIT_S. The chunk is copied out of the pipe
+        (tee) and left in it until written (``PendingChunk``): a killed monitor loses none
+        of it. Not spliced into the log by the kernel: a splice into a file on a frozen
+        disk holds the pipe's lock, and then the script's own writes wait for the disk. A
+        stalled disk costs the script RECORD_WAIT_S once, then none while the backlog
+        (RECORD_BACKLOG) lasts; only then may a killed monitor lose the chunks queued."""
         if not select.select([fd], [], [], timeout)[0]:
             return b"", False
+        if fd not in self._copies:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                return None
+            return (data, self._log.write(data)) if data else None
+        copy_read, copy_write = self._copies[fd]
+        size = TEE(fd, copy_write, 65536, SPLICE_F_NONBLOCK)
+        if size < 0:
+            return (b"", False) if ctypes.get_errno() in (errno.EAGAIN, errno.EINTR) else None
+        if size == 0:
+            return None
+        data = b""
+        while len(data) < size:
+            data += os.read(copy_read, size - len(data))
+        pending = PendingChunk(fd, size)
         try:
-            data = os.read(fd, 65536)
-        except OSError:
-            return None
-        if not data:
-            return None
-        return data, self._log.write(data)
+            return data, self._log.write(data, pending.take)
+        finally:
+            pending.take()
 
     def _unwritable(self, error: str, written: int) -> None:
         """output.log cannot take more (a full disk, a folder gone): the output goes on to
@@ -239,7 +298,8 @@ class LogWriter:
         self._thread = threading.Thread(target=self._run, name="fastmon-output-log", daemon=True)
         self._thread.start()
 
-    def write(self, data: bytes) -> bool:
+    def write(self, data: bytes, written=None) -> bool:
+        """``written()`` is called right after the chunk reaches the file, if it does."""
         done = threading.Event()
         with self._lock:
             if (self.error or self._closing or self._accepted + len(data) > OUTPUT_KEPT
@@ -249,7 +309,7 @@ class LogWriter:
             behind = self._backlog > 0  # stalled already: the script is not made to wait again
             self._accepted += len(data)
             self._backlog += len(data)
-            self._queue.append((data, done))
+            self._queue.append((data, done, written))
             self._lock.notify()
         if not behind:
             done.wait(RECORD_WAIT_S)
@@ -263,7 +323,7 @@ class LogWriter:
             self._lock.notify()
         self._thread.join(wait)
         with self._lock:
-            self.dropped += sum(len(data) for data, _ in self._queue)
+            self.dropped += sum(len(data) for data, _, _ in self._queue)
             self._queue.clear()
         if not self._thread.is_alive():
             os.close(self._fd)
@@ -275,7 +335,7 @@ class LogWriter:
                     self._lock.wait()
                 if not self._queue:
                     return
-                data, done = self._queue[0]
+                data, done, written = self._queue[0]
             try:
                 view = memoryview(data)
                 while view:
@@ -283,13 +343,15 @@ class LogWriter:
             except OSError as exc:
                 with self._lock:
                     self.error = f"{exc.strerror or exc}"
-                    self.dropped += sum(len(d) for d, _ in self._queue)
-                    for _, waiting in self._queue:
+                    self.dropped += sum(len(d) for d, _, _ in self._queue)
+                    for _, waiting, _ in self._queue:
                         waiting.set()
                     self._queue.clear()
                     self._backlog = 0
                 self._on_error(self.error, self.written)
                 continue
+            if written is not None:
+                written()
             with self._lock:
                 self._queue.popleft()
                 self._backlog -= len(data)

@@ -5,9 +5,9 @@ read ends (``FASTMON_OUTPUT_FDS``, never read while the monitor lives), so a wri
 meets a pipe without a reader: no ``BrokenPipeError`` for ``print``,
 ``sys.stdout.buffer.write`` or ``os.write(1, ...)``, no SIGPIPE for a child process that
 inherited the descriptors. When the monitor is gone (the channel closes), threads here
-drain the pipes, what was in flight first, into the run folder's ``output.log``, into
-which the monitor moved (``splice``) every chunk before reading it: the log ends as the
-script's output, whole.
+drain the pipes, what was in flight first, into the run folder's ``output.log``. The
+monitor took a chunk out of a pipe only once it had written it there (``tee``): the log
+ends as the script's output, whole.
 """
 
 from __future__ import annotations

@@ -506,6 +506,37 @@ def test_a_record_writer_that_blocks_never_holds_up_the_scripts_writes(tmp_path,
     output.close()
 
 
+def test_a_chunk_stays_in_the_scripts_pipe_until_output_log_holds_it(tmp_path, monkeypatch):
+    # A monitor SIGKILLed between reading a chunk and writing it lost that chunk (a CI run
+    # lost "line 15 *" of 150 steps): until the log holds it, the chunk must still be in
+    # the pipe, where the trainer drains it from once the monitor is gone.
+    import fastmon.script_output as script_output
+    from fastmon.probe.output import unread
+
+    writing, thawed = threading.Event(), threading.Event()
+    real_write = os.write
+
+    def slow_log_write(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}") == str(tmp_path / "output.log"):
+            writing.set()
+            thawed.wait(60)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(script_output, "RECORD_WAIT_S", 60)
+    monkeypatch.setattr(os, "write", slow_log_write)
+    output = script_output.ScriptOutput(tmp_path, lambda *_: None, lambda stream: None, passthrough=False)
+    read, write = os.pipe()
+    output.start({"stdout": read})
+    real_write(write, b"line 15 0\n")
+    assert writing.wait(30)
+    assert unread(read) == len(b"line 15 0\n"), "the chunk left the pipe before output.log held it"
+    thawed.set()
+    os.close(write)
+    output.wait_after_exit()
+    output.close()
+    assert (tmp_path / "output.log").read_bytes() == b"line 15 0\n"
+
+
 @pytest.mark.e2e
 def test_a_training_that_execs_itself_is_said_and_its_record_called_partial(tmp_path):
     out = subprocess.run(fastmon_cmd("run", "--headless", SCRIPTS / "execs_itself.py"), cwd=tmp_path,
