@@ -72,7 +72,12 @@ parser.add_argument("--monitor-pairs", type=int, default=0, help="monitor stoppe
 parser.add_argument("--workers", type=int, default=0,
                     help="DataLoader workers over a map-style dataset whose samples pass a Compose of two "
                          "transforms (the data pipeline's stage timing at work); 0: a TensorDataset")
+parser.add_argument("--attach", action="store_true", help="fastmon.attach() before the model: watched from inside")
 args = parser.parse_args()
+if args.attach:
+    import fastmon
+
+    fastmon.attach(status=False)
 
 torch.manual_seed(0)
 if args.threads:

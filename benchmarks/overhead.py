@@ -3,7 +3,8 @@
 1. Interleaved runs: `python loop.py` and `fastmon run --headless loop.py`, alternately,
    median ratio of their mean step times. What a user sees, monitor included; but two
    processes seconds apart see different machine states (a few % on a shared VM). The
-   first case runs with `fastmon run --every-step` too: the cost of timing every step.
+   first case runs with `fastmon run --every-step` too: the cost of timing every step;
+   the DataLoader one as `python loop.py --attach` too: fastmon.attach() in the script.
 2. In-process A/B: one `fastmon run` whose loop runs pairs of short segments, one with the
    probe suspended (bare torch, every patch and hook out) and one with it on, in random
    order, a few unclocked steps after each switch (its re-patching is a transient no real
@@ -50,6 +51,7 @@ import datetime
 import os
 import platform
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -73,6 +75,7 @@ CASES = {  # name -> loop.py arguments
 NOISE_CASE = ["--width", "420", "--batch", "224"]
 NOISE_PAIRS = 300
 EVERY_STEP_CASE = "tiny MLP 8, batch 4, no DataLoader"  # also run with --every-step: what full timing costs
+ATTACH_CASE = "MLP 64, batch 32, DataLoader"  # also run as `python loop.py --attach`: fastmon.attach()
 TIMED_STEP_RUN_STEPS = {name: 40_000 if "420" not in name else 20_000 for name in CASES}  # ~40 timed steps or more
 
 
@@ -191,7 +194,7 @@ def main() -> None:
                   f"{printed(noise_before, 'noise_sd_adjusted_us'):.0f} and "
                   f"{printed(noise_after, 'noise_sd_adjusted_us'):.0f}. "
                   "A quiet hour here reads 20-40 unadjusted."]
-    lines += ["", f"Reproduce: `{' '.join(['python benchmarks/overhead.py', *sys.argv[1:]])}`"]
+    lines += ["", f"Reproduce: `{shlex.join(['python', 'benchmarks/overhead.py', *sys.argv[1:]])}`"]
     print("\n".join(lines[-3:]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
@@ -207,10 +210,12 @@ def runs_section(watched: list[str], work: str, repeats: int) -> list[str]:
     runs = [(name, case, watched) for name, case in CASES.items()]
     if EVERY_STEP_CASE in CASES:
         runs.append((f"{EVERY_STEP_CASE}, `--every-step`", CASES[EVERY_STEP_CASE], every_step))
+    if ATTACH_CASE in CASES:
+        runs.append((f"{ATTACH_CASE}, `fastmon.attach()`", CASES[ATTACH_CASE] + ["--attach"], bare))
     for name, case, command in runs:
         bare_us, watched_us, ratios = [], [], []
         for _ in range(repeats):
-            b = printed(run(bare + case, work), "step_us")
+            b = printed(run(bare + [a for a in case if a != "--attach"], work), "step_us")
             w = printed(run(command + case, work), "step_us")
             bare_us.append(b)
             watched_us.append(w)

@@ -109,8 +109,10 @@ def startup_lines(s: dict) -> list[str]:
     return lines
 
 
-def ending(exit_code: int | None) -> str:
+def ending(exit_code: int | None, attached: str | None = None) -> str:
     """How the run ended, in words where a number does not say it."""
+    if attached == "ended":
+        return "ended; exit code not seen (fastmon.attach: fastmon did not start the process)"
     if exit_code is None:
         return "end unknown: the run is still going, or its monitor was killed"
     if exit_code > 128 and exit_code - 128 in signal.Signals._value2member_map_:
@@ -281,7 +283,7 @@ def format_text(s: dict) -> str:
                     f"{len(ranks)} ranks)")
     lines.append(
         f"  {s['steps']} steps in {s['duration_s']:.2f} s of steps · {steady}{s['steps_per_s']:.2f} steps/s · "
-        f"{samples}{tokens_text(s)} · {ending(exit_code)}")
+        f"{samples}{tokens_text(s)} · {ending(exit_code, s.get('attached'))}")
     lines.append(f"  step time median {s['step_ms']['median']:.2f} ms, p90 {s['step_ms']['p90']:.2f} ms")
     lines += verdict_lines(s)
     lines += startup_lines(s)
@@ -296,7 +298,7 @@ def format_text(s: dict) -> str:
         else:
             why = ("no training step seen: a step ends at optimizer.step() (or at a backward, with no optimizer) "
                    "in the process fastmon started")
-        return "\n".join([f"fastmon report — {s.get('script') or '?'}  ({s['run']}) · {ending(exit_code)}",
+        return "\n".join([f"fastmon report — {s.get('script') or '?'}  ({s['run']}) · {ending(exit_code, s.get('attached'))}",
                           f"  {why}; the script's output: fastmon replay {s['run']}"])
     lines.append("")
     timed, steady = s.get("timed_steps", s["steps"]), s.get("steady_steps", s["steps"])

@@ -25,6 +25,7 @@ class HostSampler:
         self.launcher = launcher  # the root is torchrun: its fastmon.probe children are the trainers
         self._roles: dict[int, tuple[psutil.Process, str]] = {}  # pid -> (process, role), children after parents
         self.worker_pids: set[int] = set()  # DataLoader workers, as the probe reports them
+        self.trainer_pids: set[int] = set()  # the ranks, as their probes said hello (named so under attach)
         self._walked = float("-inf")
         psutil.cpu_percent(percpu=True)  # prime: the first reading is meaningless
 
@@ -70,6 +71,8 @@ class HostSampler:
     def role(self, proc: psutil.Process, walked_role: str) -> str:
         if walked_role != "child":
             return walked_role
+        if proc.pid in self.trainer_pids:
+            return "trainer"
         if proc.pid in self.worker_pids:
             return "worker"
         return "starting" if time.time() - proc.create_time() < NEW_CHILD_S else "other"

@@ -104,6 +104,8 @@ class Session:
         self._owner.every(PIPELINE_EVERY, self._read_pipeline)
         self._failures: collections.Counter = collections.Counter()  # the owner's work that raised, by name
         self.proc: subprocess.Popen | None = None
+        self.root_pid: int | None = None  # the process whose tree is the training's (proc, or an attached job's)
+        self.launcher = False  # ... and it is a launcher (torchrun) whose children are the ranks
         self.run_dir: Path | None = None
         self.recorder: Recorder | None = None
         self.channel: ChannelServer | None = None
@@ -113,6 +115,7 @@ class Session:
         self.dismissed: set[str] = set()
         self.tried: set[str] = set()
         self.worker_pids: dict[int, set[int]] = {}  # each rank's DataLoader workers
+        self.trainer_pids: set[int] = set()  # the ranks' processes, as their probes said hello
         self.steps_made: dict[int, int] = {}  # each rank's steps, as its probe counted them at the end
         self.trainer_exit: float | None = None  # when the training process ended, as the monitor saw it
         self.host: HostSampler | None = None
@@ -160,21 +163,7 @@ class Session:
         return [self.options.python, *probe]
 
     def start(self) -> None:
-        self.run_dir = new_run_dir(self.options.runs_dir, self.script_name)
-        self.recorder = Recorder(self.run_dir, on_error=self._record_error)
-        self.channel = ChannelServer(lambda message: self._owner.post(self._take_message, message))
-        self.channel.start()
-        meta = {"target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
-                "started": self._state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
-                "gpu_note": self.gpu.note, "script": " ".join(self.options.target),
-                "profile_at": self.options.profile_at, "tokens_per_sample": self.options.tokens_per_sample,
-                "monitor_pid": os.getpid(),  # a report of the record while it runs says so
-                # what `fastmon compare` names when two runs' environments differ
-                "fastmon": __version__, "python": platform.python_version(), "host": socket.gethostname(),
-                "gpu_driver": self.gpu.driver, "advisor": rules_digest(),
-                "script_digest": script_digest(self.options.target)}
-        for key, value in meta.items():
-            self.recorder.meta(key, value)
+        self._open_record()
         env = dict(os.environ, FASTMON_CHANNEL=self.channel.path, FASTMON_SECRET=self.channel.secret,
                    FASTMON_RUN_DIR=str(self.run_dir), FASTMON_MONITOR_PID=str(os.getpid()),
                    PYTHONUNBUFFERED="1", FASTMON_EVERY_STEP="1" if self.options.every_step else "0")
@@ -194,12 +183,37 @@ class Session:
         finally:
             os.close(out_write)
             os.close(err_write)
+        self.root_pid, self.launcher = self.proc.pid, self.options.torchrun is not None
         self.output = ScriptOutput(self.run_dir, self._on_output, self._ask_to_close_output, self.passthrough,
                                    on_error=self._notice)
+        self._begin({"stdout": out_read, "stderr": err_read})
+
+    def _open_record(self) -> None:
+        """The run folder, its record and the channel the probes connect to."""
+        self.run_dir = new_run_dir(self.options.runs_dir, self.script_name)
+        self.recorder = Recorder(self.run_dir, on_error=self._record_error)
+        self.channel = ChannelServer(lambda message: self._owner.post(self._take_message, message))
+        self.channel.start()
+        meta = {"target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
+                "started": self._state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
+                "gpu_note": self.gpu.note, "script": " ".join(self.options.target),
+                "profile_at": self.options.profile_at, "tokens_per_sample": self.options.tokens_per_sample,
+                "monitor_pid": os.getpid(),  # a report of the record while it runs says so
+                # what `fastmon compare` names when two runs' environments differ
+                "fastmon": __version__, "python": platform.python_version(), "host": socket.gethostname(),
+                "gpu_driver": self.gpu.driver, "advisor": rules_digest(),
+                "script_digest": script_digest(self.options.target)}
+        for key, value in meta.items():
+            self.recorder.meta(key, value)
+
+    def _begin(self, streams: dict[str, int] | None) -> None:
+        """The training runs: the owner, the script's output (its pipes' read ends, if
+        fastmon holds them), the samplers, the other nodes and the loggers start."""
         self._state.status = RunStatus.RUNNING
         self._publish()  # no other thread writes yet
         self._owner.start()
-        self.output.start({"stdout": out_read, "stderr": err_read})
+        if streams:
+            self.output.start(streams)
         self._spawn(self._sample_loop)
         self._link_nodes()
         if "prometheus" in self.options.log_to and importlib.util.find_spec("prometheus_client"):
@@ -360,6 +374,10 @@ class Session:
             self.experiments.on_ack(message)
             if self.node_client is not None:  # node 0's experiment: it hears every rank's answer
                 self.node_client.put(message)
+        elif kind == "hello":
+            self.trainer_pids.add(message.get("pid"))
+            if self.host is not None:
+                self.host.trainer_pids = set(self.trainer_pids)
         elif kind == "output_closed":
             self.output.closed_by_trainer(message.get("stream"))
         elif kind == "bye":
@@ -499,8 +517,9 @@ class Session:
             self._state.facts["device.busy_fraction"] = value if previous is None else 0.9 * previous + 0.1 * value
 
     def _sample_loop(self) -> None:
-        host = self.host = HostSampler(self.proc.pid, launcher=self.options.torchrun is not None)
+        host = self.host = HostSampler(self.root_pid, launcher=self.launcher)
         host.worker_pids = set().union(*self.worker_pids.values())
+        host.trainer_pids = set(self.trainer_pids)
         while not self._stop.wait(SAMPLE_EVERY):
             try:
                 sample = host.sample()

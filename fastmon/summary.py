@@ -303,6 +303,8 @@ def summarize(run_dir) -> dict:
         summary = {"run": ", ".join(map(str, dirs)), "folders": len(dirs), "script": meta.get("script"),
                    "cwd": meta.get("cwd"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
+                   # fastmon.attach(): no exit code is seen; whether the record was closed is
+                   "attached": ("ended" if meta.get("ended") else "running") if meta.get("attached") else None,
                    **steady_summary(primary, set(left_out))}
         summary["startup_steps"] = [{"step": step, "wall_s": round(primary.walls[primary.position(step)], 4),
                                      "why": why} for step, why in sorted(left_out.items())]
