@@ -19,7 +19,7 @@ import tempfile
 
 from fastmon.attached_monitor import MONITOR_START_S
 
-APPLY_CHOICES = ("never", "auto")  # "ask" needs someone at a dashboard: fastmon run
+APPLY_CHOICES = ("never", "ask", "auto")  # ask: `fastmon watch` applies what you choose
 
 
 class AttachError(Exception):

@@ -28,6 +28,7 @@ from fastmon.framed_server import FramedServer, Peer, Protocol
 # A probe sends its hello as it connects; the folder is this user's alone, so a slow start
 # on a loaded machine is what this allows for, not a stranger
 RANK_ADMIT_WITHIN = 10.0
+WATCH = "watch"  # the name of a fastmon watch's connection (a rank's is its number)
 SOCKET_PATH_MAX = 100  # of the 107 a Unix socket's path may hold (sun_path), with room to spare
 SHORT_FOLDERS = ("/tmp", "/dev/shm")  # where the folder goes when TMPDIR's path is too long
 
@@ -48,17 +49,29 @@ def private_folder() -> str:
 
 class _RankProtocol(Protocol):
     """A probe says hello once, with the run's secret, for a rank not connected yet; then
-    its messages go to ``on_message``, each with its rank."""
+    its messages go to ``on_message``, each with its rank. A ``fastmon watch`` says "watch"
+    with the watch secret (in the run's record, its owner's alone); then each command it
+    sends is answered, from a thread of its own, by ``on_command(do, advice_id)``."""
 
-    def __init__(self, on_message) -> None:
+    def __init__(self, on_message, on_command) -> None:
         self.on_message = on_message
+        self.on_command = on_command
         self.secret = secrets.token_hex(16)
+        self.watch_secret = secrets.token_hex(16)  # a different one: a watch is no rank
         self.ranks: dict[int, Peer] = {}
+        self.watchers = 0  # connected now
         self.lock = threading.Lock()
         self.failed_messages = 0
 
     def admit(self, server, peer, hello):
         secret, rank = hello.get("secret"), hello.get("rank")
+        if hello.get("t") == "watch":
+            if self.on_command is None or not isinstance(secret, str) \
+                    or not hmac.compare_digest(secret, self.watch_secret):
+                return None
+            with self.lock:
+                self.watchers += 1
+            return WATCH
         if hello.get("t") != "hello" or not isinstance(secret, str) or not hmac.compare_digest(secret, self.secret):
             return None
         if type(rank) is not int or rank < 0:
@@ -71,6 +84,12 @@ class _RankProtocol(Protocol):
         return rank
 
     def heard(self, server, peer, message, rank=None):
+        if peer.name == WATCH:
+            if message.get("t") != "command":
+                return False
+            threading.Thread(target=self._answer, args=(server, peer, message), daemon=True,
+                             name="fastmon-watch-command").start()
+            return True
         rank = peer.name if rank is None else rank
         if rank is None or (peer.admitted and message.get("t") == "hello") or message.get("rank", rank) != rank:
             return False
@@ -81,30 +100,41 @@ class _RankProtocol(Protocol):
             self.failed_messages += 1
         return True
 
+    def _answer(self, server, peer, message) -> None:
+        try:
+            refused = self.on_command(message.get("do"), message.get("id"))
+        except Exception as exc:  # the watch hears why; the monitor goes on
+            refused = f"{type(exc).__name__}: {exc}"
+        server.send([peer], {"t": "answer", "refused": refused})
+
     def dropped(self, server, peer, refused):
         with self.lock:
-            if peer.name is not None and self.ranks.get(peer.name) is peer:
+            if peer.name == WATCH:
+                self.watchers -= 1
+            elif peer.name is not None and self.ranks.get(peer.name) is peer:
                 del self.ranks[peer.name]
 
 
 class ChannelServer:
-    def __init__(self, on_message) -> None:
+    def __init__(self, on_message, on_command=None) -> None:
         self._dir = private_folder()
         os.chmod(self._dir, 0o700)
         self.path = os.path.join(self._dir, "channel.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(self.path)
         listener.listen(64)
-        self._ranks = _RankProtocol(on_message)
+        self._ranks = _RankProtocol(on_message, on_command)
         self._server = FramedServer(listener, self._ranks, "fastmon-channel", admit_within=RANK_ADMIT_WITHIN)
         self.secret = self._ranks.secret
+        self.watch_secret = self._ranks.watch_secret
 
     def start(self) -> None:
         self._server.start()
 
     @property
     def open_connections(self) -> int:
-        return self._server.open_connections
+        """The ranks' connections, and those not admitted yet (not the watches')."""
+        return self._server.open_connections - self._ranks.watchers
 
     @property
     def refused(self) -> int:

@@ -192,9 +192,11 @@ class Session:
         """The run folder, its record and the channel the probes connect to."""
         self.run_dir = new_run_dir(self.options.runs_dir, self.script_name)
         self.recorder = Recorder(self.run_dir, on_error=self._record_error)
-        self.channel = ChannelServer(lambda message: self._owner.post(self._take_message, message))
+        self.channel = ChannelServer(lambda message: self._owner.post(self._take_message, message),
+                                     on_command=self.watch_command)
         self.channel.start()
-        meta = {"target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
+        meta = {"watch": {"channel": self.channel.path, "secret": self.channel.watch_secret},  # fastmon watch's a, d
+                "target": self.options.target, "command": self.command(), "cwd": os.getcwd(),
                 "started": self._state.started, "apply": self.options.apply, "torchrun": self.options.torchrun,
                 "gpu_note": self.gpu.note, "script": " ".join(self.options.target),
                 "profile_at": self.options.profile_at, "tokens_per_sample": self.options.tokens_per_sample,
@@ -748,6 +750,19 @@ class Session:
 
     def dismiss(self, advice_id: str) -> None:
         self._command(self._dismiss_command, advice_id)
+
+    def watch_command(self, do: str, advice_id: str) -> str | None:
+        """``fastmon watch``'s a or d (on a thread of the channel's): as the dashboard's,
+        under the run's own --apply. None if done; else why not."""
+        if do == "dismiss":
+            self.dismiss(advice_id)
+            return None
+        if do != "apply":
+            return f"no such command: {do!r}"
+        if self.options.apply == "never":
+            return ("this run was started with --apply never (a headless run's default): start it with --apply ask "
+                    "to apply from a watch, or --apply auto for fastmon to try the safe changes itself")
+        return self.apply(advice_id)
 
     def _read_pipeline(self) -> None:
         """The data pipeline's stage times so far (the training thread's fact and the

@@ -93,8 +93,8 @@ async def test_watch_follows_an_attached_run(tmp_path):
 def test_attach_refuses_a_setting_it_cannot_honour():
     import fastmon
 
-    with pytest.raises(ValueError, match="apply='ask'"):
-        fastmon.attach(apply="ask")
+    with pytest.raises(ValueError, match="apply='always'"):
+        fastmon.attach(apply="always")
 
 
 @pytest.mark.e2e

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # dependency between packages is a decision, made here.
 MONITOR = {"fastmon", "fastmon.advisor", "fastmon.common", "fastmon.records", "fastmon.report", "fastmon.session",
            "fastmon.summary", "fastmon.step_table", "fastmon.trace_export", "fastmon.headless", "fastmon.progress",
-           "fastmon.live_state", "fastmon.printed_loss", "fastmon.permanent", "fastmon.rederive", "fastmon.pipeline"}
+           "fastmon.live_state", "fastmon.printed_loss", "fastmon.permanent", "fastmon.rederive", "fastmon.pipeline",
+           "fastmon.watch_link"}
 ALLOWED = {
     # the shared vocabulary (phases, wire format, step events, verdict words): imports no other folder
     "common": {"fastmon.common"},

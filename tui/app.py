@@ -112,7 +112,7 @@ class FastmonApp(App[str | None]):
                 yield from placed(INSTEAD)
             with Vertical(id="right"):
                 yield Outcome(id="outcome")
-                yield Static("Advice  (enter: detail" + ("" if self.source.replay else " · a: apply · d: dismiss")
+                yield Static("Advice  (enter: detail" + (" · a: apply · d: dismiss" if self.commands else "")
                              + ")", classes="title")
                 yield AdviceList(id="advice")
                 yield Static("Output", classes="title", id="log-title")
@@ -243,6 +243,18 @@ class FastmonApp(App[str | None]):
     def running(self) -> bool:
         return self.session is not None and self.session.view.status == RunStatus.RUNNING
 
+    @property
+    def commands(self):
+        """Who takes a and d: the session this app runs, or the monitor a watch follows."""
+        return self.session if self.session is not None else getattr(self.source, "commands", None)
+
+    @property
+    def commandable(self) -> bool:
+        """A running training whose advice a and d reach."""
+        if self.session is not None:
+            return self.running
+        return self.commands is not None and self.snapshot is not None and self.snapshot.status == RunStatus.RUNNING
+
     # --- actions ----------------------------------------------------------------------
     def action_quit_app(self) -> None:
         if not self.running:
@@ -326,7 +338,7 @@ class FastmonApp(App[str | None]):
             self._captures_seen = len(captures)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(replay=self.source.replay))
+        self.push_screen(HelpScreen(replay=self.source.replay, watching=self.source.replay and bool(self.commands)))
 
     def _selected(self) -> dict | None:
         advice_id = self.query_one(AdviceList).selected_id
@@ -335,7 +347,7 @@ class FastmonApp(App[str | None]):
         return next((a for a in self.snapshot.advice if a["id"] == advice_id), None)
 
     def _can_apply(self, advice: dict) -> bool:
-        return bool(advice.get("apply")) and self.running and advice.get("status") == "open"
+        return bool(advice.get("apply")) and self.commandable and advice.get("status") == "open"
 
     def action_detail(self) -> None:
         advice = self._selected()
@@ -371,17 +383,17 @@ class FastmonApp(App[str | None]):
         advice = next((a for a in (self.snapshot.advice if self.snapshot else []) if a["id"] == message.advice_id), None)
         if advice is None or not advice.get("apply"):
             self.notify("This advice is a code change: enter shows how to fix it.", severity="warning")
-        elif not self.running:
+        elif not self.commandable:
             self.notify("The training is not running: nothing to apply to.", severity="warning")
         elif advice.get("status") != "open":
             self.notify(f"{advice['id']} is {advice.get('status')}.", severity="warning")
         else:
-            self.command(self.session.apply, message.advice_id, f"Applying {message.advice_id}: measuring before "
+            self.command(self.commands.apply, message.advice_id, f"Applying {message.advice_id}: measuring before "
                          "and after…", f"Not applying {message.advice_id} now")
 
     def on_dismiss_advice(self, message: DismissAdvice) -> None:
-        if self.session is not None:
-            self.command(self.session.dismiss, message.advice_id, None, "Not dismissed")
+        if self.commands is not None:
+            self.command(self.commands.dismiss, message.advice_id, None, "Not dismissed")
 
     @work(thread=True, group="commands")
     def command(self, send, argument, started: str | None, refused_as: str) -> None:
@@ -398,7 +410,7 @@ class FastmonApp(App[str | None]):
         if action in ("scrub", "scrub_to"):
             return self.source.replay and self.screen is self.screen_stack[0]
         if action in ("apply", "dismiss_advice"):
-            return not self.source.replay
+            return self.commands is not None
         return True
 
     def action_scrub(self, delta: int) -> None:

@@ -23,6 +23,7 @@ from fastmon.common.phases import COLUMN, PHASES, StepRow
 from fastmon.progress import progress, script_args
 from fastmon.common.verdicts import params_text
 from fastmon.step_table import StepTable
+from fastmon.watch_link import WatchLink
 from fastmon.summary import (before_and_after, busy_during, compiled_model, counted_samples, current_window, first_count, flops_figures,
                              gpus_over_run, rates, since_last_change, slowed_steps, steady_left_out,
                              judge, lost_nodes, rank_table, rows_span, steady_span,
@@ -406,13 +407,14 @@ class ReplaySource:
 class FollowSource(ReplaySource):
     """A run another monitor is recording (``fastmon watch``): read again at most once every
     ``REREAD_EVERY`` s while that monitor runs, the scrubber kept at the end unless moved
-    back; shown as running. Read-only: the monitor that records the run owns its changes."""
+    back; shown as running. Its changes are that monitor's: ``commands`` asks it for one."""
 
     REREAD_EVERY = 1.0
 
     def __init__(self, run_dir) -> None:
         super().__init__(run_dir)
         self._read_at = time.monotonic()
+        self.commands = WatchLink.of(self.meta) if self.following else None
 
     @property
     def following(self) -> bool:

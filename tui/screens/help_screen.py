@@ -44,22 +44,31 @@ Then the per-batch stages and each DataLoader worker, where the probe timed them
 """
 
 
-def help_text(replay: bool) -> str:
-    """The keys of a live run or of a replay (``None`` in KEYS: a replay's only)."""
+WATCH_KEYS = (("`a`", "ask the monitor recording the run to apply the selected advice live (under the run's own "
+                       "`--apply`: `never` refuses, and says how to allow it)"),
+              ("`d`", "ask it to dismiss the selected advice"))
+
+
+def help_text(replay: bool, watching: bool = False) -> str:
+    """The keys of a live run or of a replay (``None`` in KEYS: a replay's only); a watch
+    (``fastmon watch``) is a replay whose a and d reach the run's monitor."""
     rows = [f"| {keys} | {does} |" for keys, does, live in KEYS
             if (live is None and replay) or (live is True and not replay) or live is False]
-    end = "A replay reads the record; nothing here changes it." if replay else \
-        "Records keep being written to the run folder whatever you do here."
+    if watching:
+        rows[2:2] = [f"| {keys} | {does} |" for keys, does in WATCH_KEYS]
+    end = ("A watch reads the record another fastmon writes; quitting it leaves that run alone." if watching else
+           "A replay reads the record; nothing here changes it." if replay else
+           "Records keep being written to the run folder whatever you do here.")
     return "\n".join(["# fastmon — keys", "", "| key | does |", "| --- | --- |", *rows, "", PANELS, end, ""])
 
 
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
 
-    def __init__(self, replay: bool = False) -> None:
+    def __init__(self, replay: bool = False, watching: bool = False) -> None:
         super().__init__()
-        self.replay = replay
+        self.replay, self.watching = replay, watching
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Markdown(help_text(self.replay))
+            yield Markdown(help_text(self.replay, self.watching))
