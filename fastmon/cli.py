@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -22,6 +23,7 @@ EXIT_NOT_COMPARABLE = 3  # the CI guard was asked to judge runs of different wor
 EXIT_SLOWER = 4  # the CI guard found the new run slower beyond noise and beyond its limit
 EXIT_NOT_WRITTEN = 5  # report --patch could write none of the changes asked for (each said why)
 EXIT_MACHINE_DIFFERED = 6  # the CI guard would fail, but B's step moved as a whole on a busier machine
+EXIT_NO_SERVICE = 69  # watch --web cannot serve: textual-serve missing, or the port taken (EX_UNAVAILABLE)
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
 EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
@@ -91,7 +93,7 @@ def run_parser() -> argparse.ArgumentParser:
         prog="fastmon run", description="Run a training script under fastmon, like `python SCRIPT ARGS`. "
                                         "torchrun's options (torch.distributed.run --help) pass through to torchrun.",
         parents=[runs_dir_option()],
-        usage="fastmon run [--headless [--status-every SECONDS]] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
+        usage="fastmon run [--headless [--status-every SECONDS]] [--web [--web-port N]] [--apply ask|auto|never] [--allow IDS] [--runs-dir DIR] "
               "[--every-step] [--tokens-per-sample N] [--exit-on-finish] [--profile-at STEP [--profile-steps N]] "
               "[--baseline RUN [--fail-if-slower PCT]] [--log-to TRACKERS] [--job-port PORT [--job-addr ADDR]] [torchrun options] "
               "(SCRIPT | -m MODULE) [ARGS...]")
@@ -99,6 +101,9 @@ def run_parser() -> argparse.ArgumentParser:
                         "a status line every few seconds on stderr, a summary at the end")
     parser.add_argument("--status-every", type=seconds, default=STATUS_EVERY, metavar="SECONDS",
                         help=f"headless: seconds between two status lines (default {STATUS_EVERY:g})")
+    parser.add_argument("--web", action="store_true",
+                        help="headless, and the dashboard served to a browser behind a token (fastmon watch --web)")
+    parser.add_argument("--web-port", type=int, default=None, metavar="N", help="--web: the port (default 8000)")
     parser.add_argument("--apply", choices=("ask", "auto", "never"), default=None,
                         help="hot-apply: ask (dashboard default), auto (safe changes only), never (headless default)")
     parser.add_argument("--allow", default="", help="comma-separated advice ids that auto may apply although "
@@ -260,8 +265,10 @@ def cmd_run(argv: list[str]) -> int:
         # One node and no rendezvous given: torchrun's --standalone picks a free port, so
         # two runs on one machine do not collide on 29500.
         torchrun.append("--standalone")
-    headless = args.headless or not sys.stderr.isatty()
-    if headless and not args.headless:
+    if args.web_port is not None and not args.web:
+        parser.error("--web-port is an option of --web")
+    headless = args.headless or args.web or not sys.stderr.isatty()
+    if headless and not (args.headless or args.web):
         # The dashboard draws on the terminal behind stderr: piped or in CI, there is none.
         sys.stderr.write("[fastmon] no terminal for the dashboard: running headless\n")
     apply = args.apply or ("never" if headless else "ask")
@@ -278,7 +285,7 @@ def cmd_run(argv: list[str]) -> int:
                          job_port=args.job_port, job_addr=args.job_addr,
                          tokens_per_sample=args.tokens_per_sample)
     if headless:
-        code, run_dir = run_headless(options, args.status_every)
+        code, run_dir = run_headless(options, args.status_every, web_port=args.web_port if args.web else False)
     else:
         from fastmon.tui.launch import run_dashboard
 
@@ -295,7 +302,8 @@ def cmd_run(argv: list[str]) -> int:
     return code or guard  # a training that failed says so first
 
 
-def run_headless(options, status_every: float) -> tuple[int, Path]:
+def run_headless(options, status_every: float, web_port: int | None | bool = False) -> tuple[int, Path]:
+    """``web_port``: False, or serve the run to a browser too (None: the default port)."""
     from fastmon.headless import StatusPrinter
     from fastmon.report import summary_text
     from fastmon.session import Session
@@ -314,10 +322,18 @@ def run_headless(options, status_every: float) -> tuple[int, Path]:
     sys.stderr.write(f"[fastmon] recording to {session.run_dir}\n")
     if session.gpu.note:
         sys.stderr.write(f"[fastmon] {session.gpu.note}\n")
+    web = None
+    if web_port is not False:  # its own process, as `fastmon watch --web` (it says where, on stderr)
+        web = subprocess.Popen([sys.executable, "-m", "fastmon", "watch", "--web", str(session.run_dir),
+                                *(["--port", str(web_port)] if web_port is not None else [])],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
     printer = StatusPrinter(session, status_every)
     printer.start()
     code = session.wait()
     printer.stop()
+    if web is not None:
+        web.terminate()
+        web.wait(10)
     sys.stderr.write("\n" + summary_text(session.run_dir) + "\n")
     return code, session.run_dir
 
@@ -469,14 +485,39 @@ def cmd_replay(argv: list[str]) -> int:
 
 def cmd_watch(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fastmon watch", parents=[runs_dir_option()],
-                                     description="Open the live dashboard of a run fastmon records headless (from "
-                                                 "another terminal); quitting it leaves the run alone. A run that "
-                                                 "has ended opens as its replay.")
+                                     description="Open the live dashboard of a run fastmon records headless or by "
+                                                 "fastmon.attach() (from another terminal); quitting it leaves the "
+                                                 "run alone. A run that has ended opens as its replay.")
     parser.add_argument("run", nargs="?", default="latest", help="a run folder, or 'latest' (default)")
+    parser.add_argument("--web", action="store_true",
+                        help="serve the dashboard to a browser instead (textual-serve), behind a token")
+    parser.add_argument("--host", default="localhost", help="--web: the address to listen on (default localhost)")
+    parser.add_argument("--port", type=int, default=None, help="--web: the port (default 8000)")
     args = parser.parse_args(argv)
+    if not args.web and (args.port is not None or args.host != "localhost"):
+        raise UsageError("--host and --port are options of --web")
+    if args.web:
+        return with_runs([args.run], args.runs_dir, lambda run_dirs: serve_web(run_dirs[0], args))
     from fastmon.tui.launch import run_watch
 
     return with_runs([args.run], args.runs_dir, lambda run_dirs: run_watch(run_dirs[0]))
+
+
+def serve_web(run_dir: Path, args) -> int:
+    from fastmon.web_view import DEFAULT_PORT, NoWebServer, serve
+
+    port = DEFAULT_PORT if args.port is None else args.port
+    try:
+        serve(run_dir.resolve(), str(Path(args.runs_dir).resolve()), args.host, port,
+              lambda line: print(line, file=sys.stderr, flush=True))
+    except NoWebServer as exc:
+        sys.stderr.write(f"fastmon: {exc}\n")
+        return EXIT_NO_SERVICE
+    except OSError as exc:
+        sys.stderr.write(f"fastmon: cannot serve on {args.host}:{port} ({exc.strerror or exc}): --port names "
+                         "another\n")
+        return EXIT_NO_SERVICE
+    return 0
 
 
 def cmd_doctor(argv: list[str]) -> int:
@@ -506,7 +547,8 @@ USAGE = """usage: fastmon COMMAND ...
   compare A B [--fail-if-slower PCT]
                                    two runs side by side: is B slower than A beyond noise?
   replay [RUN]                     open a recorded run in the dashboard
-  watch [RUN]                      the live dashboard of a headless run, from another terminal
+  watch [RUN] [--web]              the live dashboard of a headless or attached run, from another
+                                   terminal (--web: in a browser)
   export [RUN] [-o FILE]           write it as a trace for Perfetto or chrome://tracing
   doctor [--calibrate]             what fastmon can measure on this machine (and what its chips reach)
 

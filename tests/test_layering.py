@@ -31,7 +31,8 @@ ALLOWED = {
     "tui": {"textual", "textual_plotext", "rich", "fastmon.tui", *MONITOR},
     # the monitor: the command line, the session, the record, the reports; torch and the
     # trackers only inside the functions that need them (checked in fresh interpreters below)
-    "fastmon": {"psutil", "pynvml", "torch", "wandb", "mlflow", "prometheus_client", "fastmon.tui", "fastmon.examples",
+    "fastmon": {"psutil", "pynvml", "torch", "wandb", "mlflow", "prometheus_client", "aiohttp", "textual_serve",
+                "fastmon.tui", "fastmon.examples",
                 "fastmon.probe",
                 *MONITOR, *(f"fastmon.{p.stem}" for p in (ROOT / "fastmon").glob("*.py"))},
 }
