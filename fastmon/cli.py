@@ -26,6 +26,7 @@ EXIT_MACHINE_DIFFERED = 6  # the CI guard would fail, but B's step moved as a wh
 EXIT_NO_SERVICE = 69  # watch --web cannot serve: textual-serve missing, or the port taken (EX_UNAVAILABLE)
 EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
+EXIT_NOT_YOURS = 77  # the run folder is another user's: its owner's alone to read (EX_NOPERM)
 EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
 START_BYTES = 512 * 1024  # written and freed before a run starts: a record's start and its reserve
 
@@ -358,7 +359,8 @@ def cmd_demo(argv: list[str]) -> int:
 
 def with_runs(specs: list[str], runs_dir: str, use) -> int:
     """``use(run_dirs)``'s exit code for the run folders ``specs`` name (a folder, or
-    ``latest``): 66 where one is missing, 65 where its record cannot be read."""
+    ``latest``): 66 where one is missing, 65 where its record cannot be read, 77 where it
+    is another user's."""
     from fastmon.records import RECORD_FILE, NewerRecord, resolve_run
 
     try:
@@ -366,13 +368,23 @@ def with_runs(specs: list[str], runs_dir: str, use) -> int:
     except FileNotFoundError as exc:
         sys.stderr.write(f"fastmon: {exc}\n")
         return EXIT_NO_RUN
+    except PermissionError as exc:
+        return not_yours(exc, specs)
     try:
         return use(run_dirs)
+    except PermissionError as exc:
+        return not_yours(exc, specs)
     except sqlite3.DatabaseError as exc:
         where = ", ".join(str(Path(run) / RECORD_FILE) for run in run_dirs)
         why = "" if isinstance(exc, NewerRecord) else " (not a fastmon record, or a damaged one)"
         sys.stderr.write(f"fastmon: cannot read {where}: {exc}{why}\n")
         return EXIT_BAD_RUN
+
+
+def not_yours(exc: PermissionError, specs: list[str]) -> int:
+    sys.stderr.write(f"fastmon: cannot read {exc.filename or ', '.join(specs)}: permission denied (a run folder is "
+                     "readable by the user who recorded it alone)\n")
+    return EXIT_NOT_YOURS
 
 
 def cmd_report(argv: list[str]) -> int:

@@ -3,6 +3,7 @@ run's own --apply (docs/attach.md, docs/dashboard.md)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -81,6 +82,50 @@ def test_a_watch_of_a_run_started_with_apply_never_is_told_how_to_allow_it(tmp_p
         assert "without an answer" in stranger
         assert link.dismiss("dataloader.num_workers") is None
         wait_for(lambda: advice_of(run)["dataloader.num_workers"]["status"] == "dismissed", 30, "the dismissal")
+    finally:
+        monitor.terminate()
+        monitor.wait(60)
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="becoming another user needs root")
+def test_another_user_can_neither_watch_a_run_nor_command_it(tmp_path):
+    # A forked child becomes `nobody` (not root: the kernel's permission checks apply) and
+    # tries what a stranger on the node would: fastmon watch on the run, and the run's
+    # socket, secret in hand. Forked, not started: nobody cannot run this python at all.
+    import io
+    import json
+    import sys
+
+    import fastmon.cli
+    import fastmon.tui.launch  # noqa: F401  (imported before the user changes: its files are root's)
+
+    monitor = headless(tmp_path, "ask")
+    try:
+        run = wait_for(lambda: run_dirs(tmp_path) and run_dirs(tmp_path)[0], 60, "the run folder")
+        wait_for(lambda: "dataloader.num_workers" in advice_of(run), 90, "the advice to add workers")
+        link = FollowSource(run).commands
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:
+            try:
+                os.close(read)
+                os.setgid(65534)
+                os.setuid(65534)
+                sys.stderr = said = io.StringIO()
+                code = fastmon.cli.main(["watch", str(run)])
+                answer = WatchLink(link.channel, link.secret).apply("dataloader.num_workers")
+                os.write(write, json.dumps({"code": code, "said": said.getvalue(), "answer": answer}).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            seen = json.loads(pipe.read())
+        os.waitpid(child, 0)
+        assert seen["code"] == fastmon.cli.EXIT_NOT_YOURS
+        assert "permission denied" in seen["said"] and "Traceback" not in seen["said"]
+        assert "cannot be reached (Permission denied)" in seen["answer"]
+        assert advice_of(run)["dataloader.num_workers"]["status"] == "open"
     finally:
         monitor.terminate()
         monitor.wait(60)
