@@ -24,7 +24,8 @@ def _library_folders() -> set[str]:
 
 _LIBRARIES = tuple(p + os.sep for p in _library_folders())
 _SKIP = (*FASTMON_FOLDERS, *_LIBRARIES, os.path.abspath(sysconfig.get_paths().get("stdlib", "\0")) + os.sep)
-_PACKAGE_FOLDERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+PACKAGE_FOLDER_NAMES = ("site-packages", "dist-packages")  # where installed packages live
+_PACKAGE_FOLDERS = tuple(os.sep + name + os.sep for name in PACKAGE_FOLDER_NAMES)
 _cache: dict[str, bool] = {}
 
 

@@ -37,6 +37,7 @@ import torch.utils.data.dataloader as dataloader
 
 from fastmon.common.pipeline_names import FOLDER, HANDOFF, PIN
 from fastmon.probe.guard import Part
+from fastmon.probe.location import PACKAGE_FOLDER_NAMES
 
 WORKER_EVERY = 8  # a worker times one batch in this many: its 2nd (the 1st is cold), 10th, 18th...
 WRITE_EVERY_S = 1.0
@@ -149,7 +150,7 @@ def where_defined(obj) -> str | None:
 def _shown_path(path: str) -> str:
     parts = path.replace(os.sep, "/").split("/")
     for i in range(len(parts) - 1, -1, -1):
-        if parts[i] in ("site-packages", "dist-packages"):
+        if parts[i] in PACKAGE_FOLDER_NAMES:
             return "/".join(parts[i + 1:])
     return parts[-1]
 
