@@ -6,9 +6,7 @@ import argparse
 import difflib
 import json
 import os
-import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -286,6 +284,8 @@ def cmd_run(argv: list[str]) -> int:
                          job_port=args.job_port, job_addr=args.job_addr,
                          tokens_per_sample=args.tokens_per_sample)
     if headless:
+        from fastmon.headless import run_headless
+
         code, run_dir = run_headless(options, args.status_every, web_port=args.web_port if args.web else False)
     else:
         from fastmon.tui.launch import run_dashboard
@@ -301,42 +301,6 @@ def cmd_run(argv: list[str]) -> int:
     guard = with_runs([str(baseline), str(run_dir)], args.runs_dir,
                       lambda run_dirs: judge_runs(run_dirs, args.fail_if_slower, as_json=False, out=sys.stderr))
     return code or guard  # a training that failed says so first
-
-
-def run_headless(options, status_every: float, web_port: int | None | bool = False) -> tuple[int, Path]:
-    """``web_port``: False, or serve the run to a browser too (None: the default port)."""
-    from fastmon.headless import StatusPrinter
-    from fastmon.report import summary_text
-    from fastmon.session import Session
-
-    session = Session(options, passthrough=True)
-    # Ctrl-C reaches the training process from the terminal directly; the monitor stays
-    # to record its end. A no-op handler, not SIG_IGN: exec resets a handled signal to its
-    # default, so the training process starts with Ctrl-C as python would, even while it
-    # is still importing torch (an ignored one would be inherited). Started with Ctrl-C
-    # ignored (nohup), fastmon leaves it so, and the training inherits that, as python's
-    # would. SIGTERM is passed on, as torchrun does.
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, lambda *_: None)
-    signal.signal(signal.SIGTERM, lambda *_: session.terminate())
-    session.start()
-    sys.stderr.write(f"[fastmon] recording to {session.run_dir}\n")
-    if session.gpu.note:
-        sys.stderr.write(f"[fastmon] {session.gpu.note}\n")
-    web = None
-    if web_port is not False:  # its own process, as `fastmon watch --web` (it says where, on stderr)
-        web = subprocess.Popen([sys.executable, "-m", "fastmon", "watch", "--web", str(session.run_dir),
-                                *(["--port", str(web_port)] if web_port is not None else [])],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
-    printer = StatusPrinter(session, status_every)
-    printer.start()
-    code = session.wait()
-    printer.stop()
-    if web is not None:
-        web.terminate()
-        web.wait(10)
-    sys.stderr.write("\n" + summary_text(session.run_dir) + "\n")
-    return code, session.run_dir
 
 
 def cmd_demo(argv: list[str]) -> int:

@@ -1,9 +1,13 @@
-"""The headless mode's status line: every few seconds on stderr, the script's output
-passing straight through around it."""
+"""The headless mode: a status line every few seconds on stderr, the script's output
+passing straight through around it, and the summary at the end."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 from fastmon.advisor import Window, recent
 from fastmon.advisor.bound import DATA_BOUND_SHARE
@@ -12,7 +16,7 @@ from fastmon.advisor.verdict import verdict
 from fastmon.common.phases import PHASE_LABELS, PHASES
 from fastmon.common.run_status import RunStatus
 from fastmon.progress import progress, script_args
-from fastmon.report import clock, gib, known, profile_lines, si, spawned_line
+from fastmon.report import clock, gib, known, profile_lines, si, spawned_line, summary_text
 from fastmon.summary import (busy_during, compiled_model, counted_samples, current_rows, first_count, flops_figures,
                              judge, lost_nodes, rank_table, window_summary)
 from fastmon.common.verdicts import APPLYING, OPEN, result_text
@@ -143,3 +147,38 @@ class StatusPrinter:
             elif advice.get("result"):
                 out.append(f"[fastmon] {advice['id']}: {result_text(advice['result'])}")
         return out
+
+
+def run_headless(options, status_every: float, web_port: int | None | bool = False) -> tuple[int, Path]:
+    """A run with no dashboard, to its end: (its exit code, its folder). ``web_port``:
+    False, or serve the run to a browser too (None: the default port)."""
+    from fastmon.session import Session
+
+    session = Session(options, passthrough=True)
+    # Ctrl-C reaches the training process from the terminal directly; the monitor stays
+    # to record its end. A no-op handler, not SIG_IGN: exec resets a handled signal to its
+    # default, so the training process starts with Ctrl-C as python would, even while it
+    # is still importing torch (an ignored one would be inherited). Started with Ctrl-C
+    # ignored (nohup), fastmon leaves it so, and the training inherits that, as python's
+    # would. SIGTERM is passed on, as torchrun does.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: session.terminate())
+    session.start()
+    sys.stderr.write(f"[fastmon] recording to {session.run_dir}\n")
+    if session.gpu.note:
+        sys.stderr.write(f"[fastmon] {session.gpu.note}\n")
+    web = None
+    if web_port is not False:  # its own process, as `fastmon watch --web` (it says where, on stderr)
+        web = subprocess.Popen([sys.executable, "-m", "fastmon", "watch", "--web", str(session.run_dir),
+                                *(["--port", str(web_port)] if web_port is not None else [])],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    printer = StatusPrinter(session, status_every)
+    printer.start()
+    code = session.wait()
+    printer.stop()
+    if web is not None:
+        web.terminate()
+        web.wait(10)
+    sys.stderr.write("\n" + summary_text(session.run_dir) + "\n")
+    return code, session.run_dir
