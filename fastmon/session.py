@@ -30,22 +30,20 @@ from fastmon.advisor.facts import epochs_from_argv
 from fastmon.advisor.verdict import of_straggler
 from fastmon.channel import ChannelServer
 from fastmon.common.handover import OUTPUT_FDS_ENV
-from fastmon.common.phases import StepRow
 from fastmon.common.run_status import RunStatus
 from fastmon.common.sample_count import samples_in_first
 from fastmon.common.step_events import StepAssembler
 from fastmon.common.verdicts import APPLYING, DISMISSED, OPEN, advice_status
 from fastmon.common.wire import SEND_EVERY
 from fastmon.experiments import EPOCHS_MEASURED, ExperimentRunner, LoaderFigures, last_epoch_measured
-from fastmon.job_link import (JobServer, NodeClient, NoSecret, job_nodes, job_secret, listen_host, node0_address,
-                              node_rank)
+from fastmon.job_link import node_rank
 from fastmon.live_state import LiveState, LiveView, RankState
+from fastmon.node_hub import NodeHub
 from fastmon.loggers import LOG_EVERY, METRICS_PORT, TrackerLog
 from fastmon.pipeline import pipeline_summary
 from fastmon.printed_loss import printed_losses
-from fastmon.report import node_lost_line
 from fastmon.progress import script_args
-from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir, row_problem
+from fastmon.records import DEVICE_FIELDS, Recorder, new_run_dir
 from fastmon.samplers import GpuSampler, HostSampler
 from fastmon.script_output import ScriptOutput
 from fastmon.state_owner import Busy, StateOwner
@@ -67,7 +65,6 @@ SYNC_AHEAD_SECONDS = SEND_EVERY + 0.5
 SYNC_AHEAD_MIN_STEPS = 3
 # Another node's steps reach node 0's monitor a round of that node's monitor later.
 LINK_AHEAD_SECONDS = 2.0
-NODES_END_WAIT = 8.0  # seconds node 0's monitor waits at the end for the other nodes' last steps
 OUTPUT_PENDING = 8 * 2**20  # the script's output waiting for the screens, at most
 OUTPUT_SHOWN = 2 * 2**20  # ... and kept for them: the log pane's last lines, a replay reads the rest
 
@@ -128,12 +125,7 @@ class Session:
         self._output_skipped = 0  # ... and those left to output.log alone
         self._tracker_lock = threading.Lock()  # its thread, and finish() for the last point
         # A multi-node job (fastmon.job_link): node 0's monitor gathers, the others stream.
-        self.job_server: JobServer | None = None
-        self.node_client: NodeClient | None = None
-        self.nodes: dict[int, dict] = {}  # node 0: each other node's ranks and link, as seen
-        self._rank_nodes: dict[int, int] = {}  # node 0: rank -> the node whose monitor sends it
-        self._link_rejected = 0  # rows another node sent for a rank not its own
-        self._link_refusals = 0  # connections to the job port refused, as the owner thread has heard
+        self.hub = NodeHub(self)
         self._asked_to_apply: str | None = None  # advice the user applied before it could be measured
         self._terminations = 0  # SIGTERMs passed on
         self._ctrl_c_ignored = False
@@ -217,7 +209,7 @@ class Session:
         if streams:
             self.output.start(streams)
         self._spawn(self._sample_loop)
-        self._link_nodes()
+        self.hub.link()
         if "prometheus" in self.options.log_to and importlib.util.find_spec("prometheus_client"):
             self._serve_metrics()
         if set(self.options.log_to) - {"prometheus"}:
@@ -230,50 +222,12 @@ class Session:
         try:
             self.metrics_server, port, taken = serve(lambda: self.view, self.run_dir.name,
                                                      node_rank(self.options.torchrun), self.options.metrics_port,
-                                                     lambda rank: self._rank_nodes.get(rank, 0) == 0)
+                                                     self.hub.of_this_node)
         except Exception as exc:  # the training, started already, matters more than its metrics
             self._notice(f"--log-to prometheus: /metrics could not be served: {type(exc).__name__}: {exc}")
             return
         self._notice(("" if taken is None else f"--log-to prometheus: {taken}; ")
                      + f"metrics for Prometheus at http://{socket.gethostname()}:{port}/metrics")
-
-    def _link_nodes(self) -> None:
-        """A job of several nodes: node 0's monitor gathers every node's ranks live, the
-        others stream theirs to it and follow its live changes (fastmon.job_link)."""
-        torchrun = self.options.torchrun
-        node = node_rank(torchrun)
-        if job_nodes(torchrun) < 2 or not node.isdigit():
-            return
-        try:
-            secret = job_secret()
-        except NoSecret as exc:
-            self._notice(f"{exc}: " + ("the other nodes' ranks are not shown here live" if node == "0" else
-                                       f"node {node} does not stream its ranks to node 0's monitor")
-                         + "; each node's record is whole (fastmon report NODE0 NODE1 ... merges them)")
-            return
-        address = node0_address(torchrun, self.options.job_port)
-        if node != "0":
-            self.node_client = NodeClient(address, int(node), secret,
-                                          lambda message: self._owner.post(self._take_node0_message, message),
-                                          lambda text: self._notice(f"node {node}: {text}"))
-            self.node_client.start()
-            self._notice(f"node {node} follows node 0: live changes come from node 0's monitor, this one "
-                         "advises and applies none")
-            return
-        host, where = listen_host(address[0], self.options.job_addr)
-        try:
-            self.job_server = JobServer(
-                secret, host, address[1], lambda n, message: self._owner.post(self._take_node_message, n, message),
-                lambda n, when: self._owner.post(self._node_lost, n, when),
-                lambda host: self._owner.post(self._link_refused, host))
-        except OSError as exc:
-            self._notice(f"the live view across nodes is off: port {address[1]} cannot be listened on "
-                         f"({exc.strerror or exc}; --job-port names another, the same on every node)")
-            return
-        self.job_server.start()
-        self._owner.post(self._state.facts.__setitem__, "job_nodes", job_nodes(torchrun))  # for the status line
-        self._notice(f"node 0: the other nodes' monitors stream their ranks to port {self.job_server.port} "
-                     f"on {where}")
 
     def _record_error(self, message: str | None) -> None:
         """The run file cannot be written (a full disk), or can again (None)."""
@@ -350,10 +304,10 @@ class Session:
         if kind == "events":
             rows = self._assemble(message)
             for row in rows:
-                self._rank_nodes.setdefault(row.rank, 0)
+                self.hub.own_rank(row.rank)
                 self._take_row(row)
-            if self.node_client is not None and rows:
-                self.node_client.put({"t": "rows", "rows": [list(row) for row in rows]})
+            if rows:
+                self.hub.to_node0({"t": "rows", "rows": [list(row) for row in rows]})
         elif kind == "device":
             rec.put("device_steps", tuple(message.get(f) for f in DEVICE_FIELDS))
             self._note_device_busy(message)
@@ -374,8 +328,7 @@ class Session:
         elif kind in ("applied", "reverted"):
             rec.put("events", (time.time(), 0, message.get("step"), kind, json.dumps(message, default=str)))
             self.experiments.on_ack(message)
-            if self.node_client is not None:  # node 0's experiment: it hears every rank's answer
-                self.node_client.put(message)
+            self.hub.to_node0(message)  # node 0's experiment: it hears every rank's answer
         elif kind == "hello":
             self.trainer_pids.add(message.get("pid"))
             if self.host is not None:
@@ -386,8 +339,7 @@ class Session:
             state.dropped += int(message.get("dropped", 0))
             self.steps_made[message.get("rank", 0)] = message.get("steps")
             rec.meta("dropped", state.dropped)
-            if self.node_client is not None:
-                self.node_client.put({"t": "bye", "rank": message.get("rank", 0), "steps": message.get("steps")})
+            self.hub.to_node0({"t": "bye", "rank": message.get("rank", 0), "steps": message.get("steps")})
 
     def _take_row(self, row) -> None:
         rank_state = self._state.ranks.setdefault(row.rank, RankState())
@@ -396,73 +348,6 @@ class Session:
         self.recorder.put("steps", row)
 
     # --- the other nodes (node 0's monitor; fastmon.job_link) ---------------------------
-    def _take_node_message(self, node: int, message: dict) -> None:
-        kind = message.get("t")
-        info = self._node(node)
-        if kind == "joined":
-            info.update(joined=time.time(), lost=None, address=message.get("address"))
-            self._record_event(node, "node_joined", {"address": message.get("address")})
-            self._notice(f"node {node} joined the live view (from {message.get('address')})")
-        elif kind == "rows":
-            for values in message.get("rows") or ():
-                self._take_node_row(node, info, values)
-        elif kind == "bye" and self._rank_nodes.get(message.get("rank")) == node:
-            self.steps_made[message["rank"]] = message.get("steps")
-        elif kind in ("applied", "reverted"):
-            self.recorder.put("events", (time.time(), message.get("rank", 0), message.get("step"), kind,
-                                         json.dumps(message, default=str)))
-            self.experiments.on_ack(message)
-        elif kind == "end":
-            info.update(ended=time.time(), exit_code=message.get("exit_code"),
-                        unsent_rows=message.get("unsent_rows", 0))
-            self._record_event(node, "node_ended", {"exit_code": message.get("exit_code"),
-                                                    "unsent_rows": message.get("unsent_rows", 0)})
-
-    def _take_node_row(self, node: int, info: dict, values) -> None:
-        """A step row another node's monitor recorded: taken as its own, once, for a rank
-        of that node's alone."""
-        if not isinstance(values, list) or len(values) != len(StepRow._fields) or row_problem(values):
-            self._link_rejected += 1
-            return
-        row = StepRow._make(values)
-        owner = self._rank_nodes.setdefault(row.rank, node)
-        rank_state = self._state.ranks.get(row.rank)
-        if owner != node or (rank_state and rank_state.rows and row.step <= rank_state.rows[-1].step):
-            self._link_rejected += owner != node
-            return
-        if row.rank not in info["ranks"]:
-            info["ranks"] = sorted([*info["ranks"], row.rank])
-        self._take_row(row)
-
-    def _node(self, node: int) -> dict:
-        """What node 0 knows of ``node``, kept for the record's job link (``_link_figures``)."""
-        return self.nodes.setdefault(node, {"ranks": [], "joined": None, "lost": None, "ended": None,
-                                            "exit_code": None, "address": None})
-
-    def _node_lost(self, node: int, when: float) -> None:
-        info = self._node(node)
-        info["lost"] = when
-        last = {rank: self._state.ranks[rank].rows[-1].step for rank in info["ranks"]
-                if self._state.ranks.get(rank) and self._state.ranks[rank].rows}
-        self._record_event(node, "node_lost", {"at": when, "last_steps": last})
-        self._notice(node_lost_line(node, when, last))
-
-    def _link_refused(self, host: str) -> None:
-        self._link_refusals += 1  # counted here: the server's own count may be past 1 when this runs
-        if self._link_refusals == 1:
-            self._notice(f"a connection from {host} to the job's link did not prove the job's secret: refused "
-                         "(the record counts every one)")
-
-    def _record_event(self, node: int, kind: str, data: dict) -> None:
-        event = {"kind": kind, "node": node, **data}
-        self._state.events.append(event)
-        self.recorder.put("events", (time.time(), 0, None, kind, json.dumps(event, default=str)))
-
-    def _take_node0_message(self, message: dict) -> None:
-        """Node 0's monitor, to a node's: a live change or a capture for this node's ranks."""
-        if message.get("t") == "control" and isinstance(message.get("message"), dict) and self.channel:
-            self.channel.send(message["message"])
-
     def _take_event(self, event: dict) -> None:
         """The steps an event says are not training (a capture's, compiling, a FLOP count),
         and an exec, said."""
@@ -592,7 +477,7 @@ class Session:
         if asked is not None and not self.experiments.busy:
             if self._state.advice.get(asked, {}).get("status") != OPEN or self._apply_command(asked) is not None:
                 self._asked_to_apply = None  # it cannot be any more
-        if (self.options.apply == "auto" and not self.experiments.busy and not self._unlinked_nodes()
+        if (self.options.apply == "auto" and not self.experiments.busy and not self.hub.unlinked()
                 and self._load_known(since)):
             for advice in found:
                 if self._auto_allowed(advice.to_dict()) and self._apply_command(advice.id) is None:
@@ -643,7 +528,7 @@ class Session:
             return "the training has ended"
         if self.experiments.busy:
             return self.experiments.why_busy()
-        unlinked = self._unlinked_nodes()
+        unlinked = self.hub.unlinked()
         if unlinked:
             return unlinked
         loader = self._training_loader()
@@ -665,20 +550,6 @@ class Session:
         self.tried.add(advice_id)
         advice["status"] = APPLYING
         self.recorder.put("advice", (advice_id, time.time(), json.dumps(advice)))
-        return None
-
-    def _unlinked_nodes(self) -> str | None:
-        """Why a live change cannot go to every rank of a multi-node job now, or None: it
-        must reach every node, or none."""
-        if self.node_client is not None:
-            return "node 0's monitor applies live changes for the whole job"
-        nodes = job_nodes(self.options.torchrun)
-        if nodes < 2 or not node_rank(self.options.torchrun).isdigit():
-            return None
-        linked = len(self.job_server.nodes()) + 1 if self.job_server is not None else 1
-        if linked < nodes:
-            return (f"a live change must reach every node, and {linked} of {nodes} are linked to this monitor"
-                    + ("" if self.job_server is not None else " (no job secret)"))
         return None
 
     def _profile_command(self, steps: int) -> str | None:
@@ -713,12 +584,11 @@ class Session:
             # the median step's rate: a worker start-up among the last steps made the mean
             # rate a third of the run's, the step too near, and a rank already past it
             rate = 1 / max(statistics.median(r.wall for r in list(lead.rows)[-20:]), 1e-6)
-            seconds = SYNC_AHEAD_SECONDS + (LINK_AHEAD_SECONDS if self.job_server is not None else 0)
+            seconds = SYNC_AHEAD_SECONDS + (LINK_AHEAD_SECONDS if self.hub.job_server is not None else 0)
             ahead = max(SYNC_AHEAD_MIN_STEPS, int(rate * seconds) + 1)
             message = dict(message, at_step=lead.rows[-1].step + ahead)
         self.channel.send(message)
-        if self.job_server is not None:
-            self.job_server.send({"t": "control", "message": message})
+        self.hub.to_nodes(message)
 
     def _experiment_done(self, result: dict) -> None:
         self._state.applied.append(result)
@@ -797,10 +667,7 @@ class Session:
             deadline = time.monotonic() + 2.0
             while self.channel.open_connections and time.monotonic() < deadline:
                 time.sleep(0.02)
-        if self.job_server is not None:  # the other nodes' last steps (they end with this one)
-            deadline = time.monotonic() + NODES_END_WAIT
-            while self.job_server.nodes() and time.monotonic() < deadline:
-                time.sleep(0.05)
+        self.hub.wait_for_nodes()
         self.advise_once()  # what the last messages showed
         if self.tracker_log is not None:
             try:
@@ -809,12 +676,7 @@ class Session:
                 self._notice(f"--log-to: the last point was not sent: {type(exc).__name__}: {exc}")
             self.tracker_log.close()
         self._command(self._end_command, code)
-        if self.node_client is not None:
-            client = self.node_client
-            client.close(exit_status(code))
-            if not client.ever_connected and not client.refused:
-                self._notice(f"node {client.node} never reached node 0's monitor at {client.address[0]}:"
-                             f"{client.address[1]}: its ranks are in this node's record only")
+        self.hub.end(exit_status(code))
         self._owner.stop()  # what was posted so far is taken; nothing later is
         state = self._state
         self.recorder.meta("exit_code", state.exit_code)
@@ -825,27 +687,18 @@ class Session:
         if self.channel is not None:
             self.recorder.meta("channel", {"refused": self.channel.refused, "failed_messages":
                                            self.channel.failed_messages + self._failures["_take_message"]})
-        if self.job_server is not None or self.node_client is not None:
-            self.recorder.meta("job_link", self._link_figures())
+        if self.hub.linked:
+            self.recorder.meta("job_link", self.hub.figures())
         self.recorder.meta("output", dict(self.output.close(), screens_skipped_bytes=self._output_skipped,
                                           log_rows_dropped_bytes=self.recorder.log_dropped_bytes))
         self.recorder.close()
         if self.channel is not None:
             self.channel.close()
-        if self.job_server is not None:
-            self.job_server.close()
+        self.hub.close()
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
         return state.exit_code
-
-    def _link_figures(self) -> dict:
-        if self.node_client is not None:
-            client = self.node_client
-            return {"node": client.node, "to": f"{client.address[0]}:{client.address[1]}", "refused": client.refused,
-                    "reached": client.ever_connected, "rows_sent": client.rows_sent, "unsent_rows": client.unsent_rows}
-        return {"node": 0, "port": self.job_server.port, "nodes": {str(n): i for n, i in sorted(self.nodes.items())},
-                "refused": self.job_server.refused, "rejected_rows": self._link_rejected}
 
     def _end_command(self, code: int) -> None:
         self.experiments.end_of_run()

@@ -296,7 +296,7 @@ def test_two_refusals_that_come_together_are_still_said_once(tmp_path):
     session = Session(RunOptions(target=["train.py"], runs_dir=str(tmp_path)))
     said = []
     session._notice = said.append
-    session.job_server = type("Counted", (), {"refused": 2})()  # the server counted both before the first was said
-    session._link_refused("192.0.2.7")
-    session._link_refused("192.0.2.8")
+    session.hub.job_server = type("Counted", (), {"refused": 2})()  # the server counted both before the first was said
+    session.hub.link_refused("192.0.2.7")
+    session.hub.link_refused("192.0.2.8")
     assert len([line for line in said if "did not prove the job's secret" in line]) == 1
