@@ -40,18 +40,13 @@ def main(argv: list[str] | None = None) -> None:
     if child:
         os._exit(0 if wait_for(args.info, child, MONITOR_START_S) else 1)
     os.setsid()
-    settings = json.loads(args.settings)
-    from fastmon.attached_session import AttachedSession
+    try:
+        session, settings = started(args)
+    except Exception as exc:  # the script runs on unwatched: one line, not the monitor's traceback
+        sys.stderr.write(f"[fastmon] attach: the monitor could not start: {type(exc).__name__}: {exc}\n")
+        os._exit(1)
     from fastmon.headless import StatusPrinter
-    from fastmon.session import RunOptions
 
-    options = RunOptions(target=settings["target"], apply=settings["apply"], allow=frozenset(settings["allow"]),
-                         runs_dir=settings["runs_dir"], log_to=tuple(settings["log_to"]),
-                         tokens_per_sample=settings["tokens_per_sample"])
-    session = AttachedSession(options, args.root, args.launcher, status=settings["status"])
-    session.start()
-    write_info(args.info, {"channel": session.channel.path, "secret": session.channel.secret,
-                           "run_dir": str(session.run_dir), "monitor_pid": os.getpid()})
     printer = None
     if settings["status"]:
         session.output.say([f"[fastmon] attached: recording to {session.run_dir} (fastmon watch {session.run_dir} "
@@ -63,10 +58,28 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if printer is not None:
             printer.stop()
-        try:
-            os.remove(args.info)
-        except OSError:
-            pass
+        for path in (args.info, args.info.removesuffix(".json") + ".lock"):  # the job is over: no rank takes them
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+
+
+def started(args):
+    """The session, recording and listening, and fastmon.attach()'s arguments; the job's
+    address file written."""
+    from fastmon.attached_session import AttachedSession
+    from fastmon.session import RunOptions
+
+    settings = json.loads(args.settings)
+    options = RunOptions(target=settings["target"], apply=settings["apply"], allow=frozenset(settings["allow"]),
+                         runs_dir=settings["runs_dir"], log_to=tuple(settings["log_to"]),
+                         tokens_per_sample=settings["tokens_per_sample"])
+    session = AttachedSession(options, args.root, args.launcher, status=settings["status"])
+    session.start()
+    write_info(args.info, {"channel": session.channel.path, "secret": session.channel.secret,
+                           "run_dir": str(session.run_dir), "monitor_pid": os.getpid()})
+    return session, settings
 
 
 def write_info(path: str, info: dict) -> None:

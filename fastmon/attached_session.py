@@ -75,5 +75,12 @@ class AttachedSession(Session):
         self.experiments.end_of_run()
         state = self._state
         state.exit_code = None
-        state.status = RunStatus.FINISHED if set(state.ranks) <= set(self.steps_made) else RunStatus.CRASHED
+        silent = sorted(set(state.ranks) - set(self.steps_made))
+        state.status = RunStatus.CRASHED if silent else RunStatus.FINISHED
         state.ended = time.time()
+        self.recorder.meta("attached", {"root_pid": self.root_pid, "launcher": self.launcher,
+                                        "end": "crashed" if silent else "finished", "silent_ranks": silent})
+
+    def apply_how(self) -> str:
+        return ('this job called fastmon.attach() with apply="never" (its default): attach(apply="ask") lets a '
+                'watch apply, attach(apply="auto") lets fastmon try the safe changes itself')

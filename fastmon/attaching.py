@@ -26,6 +26,9 @@ class AttachError(Exception):
     pass
 
 
+_failed: set[str] = set()  # the settings a call here could not attach with: said once, not again
+
+
 def attach(apply: str = "never", allow=(), runs_dir: str = "fastmon-runs", status: bool = True,
            log_to=(), tokens_per_sample: int | None = None) -> str | None:
     """Watch this process as ``fastmon run`` would; returns the run folder (None where the
@@ -33,14 +36,32 @@ def attach(apply: str = "never", allow=(), runs_dir: str = "fastmon-runs", statu
     or a call under ``fastmon run``, does nothing."""
     if apply not in APPLY_CHOICES:
         raise ValueError(f"fastmon.attach(apply={apply!r}): one of {', '.join(APPLY_CHOICES)}")
+    from fastmon.loggers import parse_log_to
+
+    try:  # "tensorboard,wandb" as --log-to takes it, or a list of names
+        log_to = parse_log_to(log_to if isinstance(log_to, str) else ",".join(log_to))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"fastmon.attach(log_to={log_to!r}): {exc}") from None
     from fastmon.probe import current
 
     if current() is not None or os.environ.get("FASTMON_CHANNEL"):
         return os.environ.get("FASTMON_RUN_DIR")
+    settings = dict(apply=apply, allow=list(allow), runs_dir=os.path.abspath(runs_dir), status=status, log_to=log_to,
+                    tokens_per_sample=tokens_per_sample, target=_target())
+    key = json.dumps(settings, sort_keys=True)
+    if key in _failed:
+        return None
     try:
-        info = _job_monitor(dict(apply=apply, allow=list(allow), runs_dir=os.path.abspath(runs_dir), status=status,
-                                 log_to=list(log_to), tokens_per_sample=tokens_per_sample, target=_target()))
+        _can_record(runs_dir)
+    except OSError as exc:
+        _failed.add(key)
+        sys.stderr.write(f"[fastmon] attach: cannot record in {runs_dir!r}: {exc.strerror or exc}; the script runs "
+                         "unwatched (runs_dir= names another folder)\n")
+        return None
+    try:
+        info = _job_monitor(settings)
     except (AttachError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        _failed.add(key)
         sys.stderr.write(f"[fastmon] attach: {exc}; the script runs unwatched\n")
         return None
     os.environ.update(FASTMON_CHANNEL=info["channel"], FASTMON_SECRET=info["secret"], FASTMON_RUN_DIR=info["run_dir"],
@@ -49,6 +70,14 @@ def attach(apply: str = "never", allow=(), runs_dir: str = "fastmon-runs", statu
 
     install(info["channel"])
     return info["run_dir"]
+
+
+def _can_record(runs_dir: str) -> None:
+    """OSError where the runs folder cannot be made or written to (as `fastmon run` checks)."""
+    os.makedirs(runs_dir, exist_ok=True)
+    with tempfile.TemporaryFile(dir=runs_dir) as probe_file:
+        probe_file.write(b"fastmon")
+        probe_file.flush()
 
 
 def _target() -> list[str]:

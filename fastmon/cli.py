@@ -102,7 +102,8 @@ def run_parser() -> argparse.ArgumentParser:
                         help=f"headless: seconds between two status lines (default {STATUS_EVERY:g})")
     parser.add_argument("--web", action="store_true",
                         help="headless, and the dashboard served to a browser behind a token (fastmon watch --web)")
-    parser.add_argument("--web-port", type=int, default=None, metavar="N", help="--web: the port (default 8000)")
+    parser.add_argument("--web-port", type=port_number, default=None, metavar="N",
+                        help="--web: the port (default 8000)")
     parser.add_argument("--apply", choices=("ask", "auto", "never"), default=None,
                         help="hot-apply: ask (dashboard default), auto (safe changes only), never (headless default)")
     parser.add_argument("--allow", default="", help="comma-separated advice ids that auto may apply although "
@@ -266,6 +267,14 @@ def cmd_run(argv: list[str]) -> int:
         torchrun.append("--standalone")
     if args.web_port is not None and not args.web:
         parser.error("--web-port is an option of --web")
+    if args.web:  # before the training starts: a view that cannot be served is said first, nothing started
+        from fastmon.web_view import DEFAULT_PORT, NoWebServer, check_can_serve
+
+        try:
+            check_can_serve("localhost", args.web_port or DEFAULT_PORT, "--web-port")
+        except NoWebServer as exc:
+            sys.stderr.write(f"fastmon: --web: {exc}; nothing started\n")
+            return EXIT_NO_SERVICE
     headless = args.headless or args.web or not sys.stderr.isatty()
     if headless and not (args.headless or args.web):
         # The dashboard draws on the terminal behind stderr: piped or in CI, there is none.
@@ -468,7 +477,7 @@ def cmd_watch(argv: list[str]) -> int:
     parser.add_argument("--web", action="store_true",
                         help="serve the dashboard to a browser instead (textual-serve), behind a token")
     parser.add_argument("--host", default="localhost", help="--web: the address to listen on (default localhost)")
-    parser.add_argument("--port", type=int, default=None, help="--web: the port (default 8000)")
+    parser.add_argument("--port", type=port_number, default=None, help="--web: the port (default 8000)")
     args = parser.parse_args(argv)
     if not args.web and (args.port is not None or args.host != "localhost"):
         raise UsageError("--host and --port are options of --web")
@@ -489,11 +498,17 @@ def serve_web(run_dir: Path, args) -> int:
     except NoWebServer as exc:
         sys.stderr.write(f"fastmon: {exc}\n")
         return EXIT_NO_SERVICE
-    except OSError as exc:
-        sys.stderr.write(f"fastmon: cannot serve on {args.host}:{port} ({exc.strerror or exc}): --port names "
-                         "another\n")
-        return EXIT_NO_SERVICE
     return 0
+
+
+def port_number(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
+    return port
 
 
 def cmd_doctor(argv: list[str]) -> int:

@@ -111,8 +111,9 @@ def startup_lines(s: dict) -> list[str]:
 
 def ending(exit_code: int | None, attached: str | None = None) -> str:
     """How the run ended, in words where a number does not say it."""
-    if attached == "ended":
-        return "ended; exit code not seen (fastmon.attach: fastmon did not start the process)"
+    if attached in ("finished", "crashed"):
+        return (("ended" if attached == "finished" else "crashed: a rank ended without saying goodbye (killed?)")
+                + "; exit code not seen (fastmon.attach: fastmon did not start the process)")
     if exit_code is None:
         return "end unknown: the run is still going, or its monitor was killed"
     if exit_code > 128 and exit_code - 128 in signal.Signals._value2member_map_:

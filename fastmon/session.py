@@ -630,9 +630,13 @@ class Session:
         if do != "apply":
             return f"no such command: {do!r}"
         if self.options.apply == "never":
-            return ("this run was started with --apply never (a headless run's default): start it with --apply ask "
-                    "to apply from a watch, or --apply auto for fastmon to try the safe changes itself")
+            return self.apply_how()
         return self.apply(advice_id)
+
+    def apply_how(self) -> str:
+        """Why a watch cannot apply under --apply never, and how to allow it."""
+        return ("this run was started with --apply never (a headless run's default): start it with --apply ask to "
+                "apply from a watch, or --apply auto for fastmon to try the safe changes itself")
 
     def _read_pipeline(self) -> None:
         """The data pipeline's stage times so far (the training thread's fact and the

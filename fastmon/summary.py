@@ -285,6 +285,17 @@ def tokens_note(summary: dict, facts: dict, meta: dict) -> str | None:
     return None
 
 
+def attached_end(meta: dict) -> str | None:
+    """A job that called fastmon.attach(): "finished" (every rank said goodbye), "crashed"
+    (one never did: killed), "running"; None for a run fastmon started."""
+    attached = meta.get("attached")
+    if not attached:
+        return None
+    if not meta.get("ended"):
+        return "running"
+    return attached.get("end", "finished") if isinstance(attached, dict) else "finished"
+
+
 def summarize(run_dir) -> dict:
     """The summary of one run folder, or of several (one per node of a multi-node run,
     each holding its own ranks) merged into one view."""
@@ -303,8 +314,8 @@ def summarize(run_dir) -> dict:
         summary = {"run": ", ".join(map(str, dirs)), "folders": len(dirs), "script": meta.get("script"),
                    "cwd": meta.get("cwd"),
                    "exit_code": next((c for c in exit_codes if c), exit_codes[0]),
-                   # fastmon.attach(): no exit code is seen; whether the record was closed is
-                   "attached": ("ended" if meta.get("ended") else "running") if meta.get("attached") else None,
+                   # fastmon.attach(): no exit code is seen; whether every rank said goodbye is
+                   "attached": attached_end(meta),
                    **steady_summary(primary, set(left_out))}
         summary["startup_steps"] = [{"step": step, "wall_s": round(primary.walls[primary.position(step)], 4),
                                      "why": why} for step, why in sorted(left_out.items())]

@@ -10,9 +10,11 @@ localhost unless told otherwise; ``ssh -L`` brings it to your machine.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import secrets
 import shlex
+import socket
 import sys
 
 COOKIE = "fastmon_view"
@@ -21,16 +23,30 @@ REFUSED = "fastmon: this view needs its token: open the URL fastmon printed (it 
 
 
 class NoWebServer(Exception):
-    """textual-serve is not installed."""
+    """textual-serve is not installed, or the address cannot be listened on: why, in words."""
+
+
+def check_can_serve(host: str, port: int, port_option: str = "--port") -> None:
+    """NoWebServer unless textual-serve is installed and ``host:port`` can be listened on
+    now (checked before anything is printed or started)."""
+    try:
+        import textual_serve  # noqa: F401
+    except ImportError as exc:
+        raise NoWebServer(f"the dashboard in a browser needs textual-serve ({exc}): "
+                          "pip install 'fastmon[web]'") from exc
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        hint = f"{port_option} names another" if exc.errno == errno.EADDRINUSE else "--host names another address"
+        raise NoWebServer(f"cannot serve on {host}:{port} ({exc.strerror or exc}): {hint}") from exc
 
 
 def serve(run_dir, runs_dir: str, host: str, port: int, say) -> None:
     """Serve ``fastmon watch RUN`` until Ctrl-C; ``say(line)`` tells the user where."""
-    try:
-        from aiohttp import web
-        from textual_serve.server import Server
-    except ImportError as exc:
-        raise NoWebServer(f"the dashboard in a browser needs textual-serve ({exc}): pip install textual-serve") from exc
+    check_can_serve(host, port)
+    from aiohttp import web
+    from textual_serve.server import Server
 
     class GuardedServer(Server):
         """textual-serve's server with a token on every request and an origin check on the

@@ -26,10 +26,33 @@ def test_an_attached_script_is_recorded_and_runs_as_without_fastmon(tmp_path, re
     assert f"[fastmon] attached: recording to {run}" in out.stderr
     summary = report()
     assert summary["steps"] == 40
-    assert summary["attached"] == "ended" and summary["exit_code"] is None
+    assert summary["attached"] == "finished" and summary["exit_code"] is None
     text = subprocess.run(fastmon_cmd("report"), cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           env=clean_env()).stdout
     assert "exit code not seen (fastmon.attach" in text
+
+
+@pytest.mark.e2e
+def test_an_attached_job_killed_midway_is_called_crashed(tmp_path, report):
+    out = python(tmp_path, SCRIPTS / "attached.py", "--steps", "200", "--step-ms", "5", "--kill-at", "60")
+    assert out.returncode == -9
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and report()["attached"] == "running":
+        time.sleep(0.2)
+    summary = report()
+    assert summary["attached"] == "crashed" and 0 < summary["steps"] <= 60
+    text = subprocess.run(fastmon_cmd("report"), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=clean_env()).stdout
+    assert "crashed: a rank ended without saying goodbye" in text
+
+
+@pytest.mark.e2e
+def test_attach_where_nothing_can_be_recorded_says_so_in_one_line_and_runs_on(tmp_path):
+    out = python(tmp_path, SCRIPTS / "attached.py", "--steps", "20", "--runs-dir", "/dev/null/runs")
+    assert out.returncode == 0 and out.stdout == "done\n"
+    lines = [line for line in out.stderr.splitlines() if "fastmon" in line]
+    assert len(lines) == 1 and "cannot record in '/dev/null/runs'" in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
 
 
 @pytest.mark.e2e
@@ -72,6 +95,8 @@ async def test_watch_follows_an_attached_run(tmp_path):
             await asyncio.sleep(0.2)
         source = FollowSource(run_dirs(tmp_path)[0])
         assert source.following
+        refused = source.commands.apply("dataloader.num_workers")  # attach's default: apply="never"
+        assert 'attach(apply="ask")' in refused
         app = FastmonApp(source)
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause(1.0)
@@ -95,6 +120,10 @@ def test_attach_refuses_a_setting_it_cannot_honour():
 
     with pytest.raises(ValueError, match="apply='always'"):
         fastmon.attach(apply="always")
+    with pytest.raises(ValueError, match="unknown tracker 'bogus'"):
+        fastmon.attach(log_to=("bogus",))
+    with pytest.raises(ValueError, match="unknown tracker 'tensorboardd'"):
+        fastmon.attach(log_to="tensorboardd")
 
 
 @pytest.mark.e2e
@@ -114,9 +143,9 @@ def test_a_notebook_that_attaches_records_the_steps_of_its_cells(tmp_path, repor
     (run,) = run_dirs(tmp_path)
     assert str(run) in out.stdout and "trained" in out.stdout
     deadline = time.monotonic() + 30  # the kernel has shut down: its monitor closes the record
-    while time.monotonic() < deadline and report()["attached"] != "ended":
+    while time.monotonic() < deadline and report()["attached"] == "running":
         time.sleep(0.2)
     summary = report()
-    assert summary["attached"] == "ended"
+    assert summary["attached"] == "finished"
     assert summary["steps"] == 80  # two epochs of 40 batches, in the cell that trained
     assert summary["script"] == "notebook"

@@ -10,7 +10,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -109,11 +108,34 @@ def test_the_web_view_shows_a_live_run_in_a_real_browser(served):
     assert seen["help"], "the ? key never reached the app"
 
 
-def test_watch_names_the_options_of_web_alone(tmp_path):
+def test_watch_names_the_options_of_web_alone(tmp_path, capsys):
     from fastmon.cli import EXIT_USAGE, main
 
     assert main(["watch", "--port", "9000", "--runs-dir", str(tmp_path)]) == EXIT_USAGE
-    assert sys.modules["fastmon.cli"]  # (the command line answered without starting anything)
+    for port in ("99999", "0", "http"):
+        with pytest.raises(SystemExit) as exc:
+            main(["watch", "--web", "--port", port, "--runs-dir", str(tmp_path)])
+        assert exc.value.code == EXIT_USAGE
+        assert "is not a port (1 to 65535)" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_a_port_taken_is_said_before_any_url_and_nothing_starts(tmp_path):
+    from fastmon.cli import EXIT_NO_SERVICE
+
+    with socket.create_server(("localhost", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = subprocess.run(fastmon_cmd("run", "--web", "--web-port", port, SCRIPTS / "slow_steps.py", "--steps", "5"),
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120, env=clean_env())
+        assert out.returncode == EXIT_NO_SERVICE, out.stderr
+        assert "--web-port names another" in out.stderr and "nothing started" in out.stderr
+        assert not run_dirs(tmp_path)
+        (tmp_path / "fastmon-runs" / "a-run").mkdir(parents=True)
+        (tmp_path / "fastmon-runs" / "a-run" / "run.sqlite").touch()
+        out = subprocess.run(fastmon_cmd("watch", "--web", "--port", port, "fastmon-runs/a-run"), cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120, env=clean_env())
+        assert out.returncode == EXIT_NO_SERVICE
+        assert "token=" not in out.stderr and "--port names another" in out.stderr
 
 
 @pytest.mark.e2e
