@@ -17,7 +17,10 @@ import subprocess
 import sys
 import tempfile
 
+import psutil
+
 from fastmon.attached_monitor import MONITOR_START_S
+from fastmon.records import check_can_record
 
 APPLY_CHOICES = ("never", "ask", "auto")  # ask: `fastmon watch` applies what you choose
 
@@ -52,7 +55,7 @@ def attach(apply: str = "never", allow=(), runs_dir: str = "fastmon-runs", statu
     if key in _failed:
         return None
     try:
-        _can_record(runs_dir)
+        check_can_record(runs_dir)
     except OSError as exc:
         _failed.add(key)
         sys.stderr.write(f"[fastmon] attach: cannot record in {runs_dir!r}: {exc.strerror or exc}; the script runs "
@@ -70,14 +73,6 @@ def attach(apply: str = "never", allow=(), runs_dir: str = "fastmon-runs", statu
 
     install(info["channel"])
     return info["run_dir"]
-
-
-def _can_record(runs_dir: str) -> None:
-    """OSError where the runs folder cannot be made or written to (as `fastmon run` checks)."""
-    os.makedirs(runs_dir, exist_ok=True)
-    with tempfile.TemporaryFile(dir=runs_dir) as probe_file:
-        probe_file.write(b"fastmon")
-        probe_file.flush()
 
 
 def _target() -> list[str]:
@@ -121,7 +116,8 @@ def _job_monitor(settings: dict) -> dict:
     with open(os.path.join(folder, f"{key}.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         info = _read(info_path)
-        if info is None or not _alive(info.get("monitor_pid")):
+        monitor = info.get("monitor_pid") if info else None
+        if not isinstance(monitor, int) or not psutil.pid_exists(monitor):
             _start_monitor(info_path, root, launcher, settings)
             info = _read(info_path)
             if info is None:
@@ -149,15 +145,3 @@ def _read(path: str) -> dict | None:
             return json.load(f)
     except (OSError, ValueError):
         return None
-
-
-def _alive(pid) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True

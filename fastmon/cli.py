@@ -8,13 +8,12 @@ import json
 import os
 import sqlite3
 import sys
-import tempfile
 import traceback
 import zipfile
 from pathlib import Path
 
 from fastmon import __version__
-from fastmon.records import DEFAULT_RUNS_DIR
+from fastmon.records import DEFAULT_RUNS_DIR, check_can_record
 
 EXIT_USAGE = 2  # bad command line, missing script, syntax error (as python uses 2)
 EXIT_NOT_COMPARABLE = 3  # the CI guard was asked to judge runs of different work
@@ -26,7 +25,6 @@ EXIT_NO_RUN = 66  # the run folder asked for does not exist (EX_NOINPUT)
 EXIT_BAD_RUN = 65  # its record cannot be read: not fastmon's, or damaged (EX_DATAERR)
 EXIT_NOT_YOURS = 77  # the run folder is another user's: its owner's alone to read (EX_NOPERM)
 EXIT_CANT_RECORD = 73  # the runs folder (or an export's file) cannot be made or written to (EX_CANTCREAT)
-START_BYTES = 512 * 1024  # written and freed before a run starts: a record's start and its reserve
 
 # torchrun's options that say how to start the script: fastmon starts it, through its probe
 TORCHRUN_REFUSED = {"-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path", "-h", "--help"}
@@ -250,11 +248,7 @@ def cmd_run(argv: list[str]) -> int:
             sys.stderr.write(f"fastmon: {exc}; nothing started\n")
             return EXIT_NO_RUN
     try:  # before anything starts: a training whose record cannot be written is not run
-        Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=args.runs_dir) as probe_file:  # real blocks: a full disk refuses them
-            probe_file.write(bytes(START_BYTES))
-            probe_file.flush()
-            os.fsync(probe_file.fileno())
+        check_can_record(args.runs_dir)
     except OSError as exc:
         sys.stderr.write(f"fastmon: cannot record in {args.runs_dir!r}: {exc.strerror or exc}; nothing started "
                          "(--runs-dir or $FASTMON_RUNS_DIR names another folder)\n")

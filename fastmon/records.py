@@ -8,6 +8,7 @@ import json
 import os
 import queue
 import sqlite3
+import tempfile
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -66,6 +67,19 @@ _INSERT = {
 
 
 NAME_KEPT = 80  # characters of the script's name in its run folder's (a file name has at most 255 bytes)
+
+
+START_BYTES = 512 * 1024  # written and freed before a run starts: a record's start and its reserve
+
+
+def check_can_record(runs_dir) -> None:
+    """OSError where the runs folder cannot be made, or cannot take a record's start: real
+    blocks, synced (a full disk refuses them). Checked before a training starts."""
+    Path(runs_dir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=runs_dir) as probe_file:
+        probe_file.write(bytes(START_BYTES))
+        probe_file.flush()
+        os.fsync(probe_file.fileno())
 
 
 def new_run_dir(runs_dir: str | os.PathLike, name: str) -> Path:

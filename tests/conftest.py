@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,18 @@ def advised_for_the_code(advice: list[dict]) -> list[str]:
     """The problems advised about the script's own code: torch.num_threads is advice about
     the machine (another job holding a core while the test ran), right where it fires."""
     return [a["id"] for a in advice if a.get("kind", "problem") == "problem" and a["id"] != "torch.num_threads"]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    """``predicate()``'s first true value within ``timeout`` seconds; else the test fails
+    naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def run_dirs(tmp_path: Path) -> list[Path]:

@@ -16,18 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import SCRIPTS, clean_env, fastmon_cmd, run_dirs
+from conftest import SCRIPTS, clean_env, fastmon_cmd, run_dirs, wait_for
 from fastmon.probe.publisher import INTERVAL as PUBLISHER_INTERVAL
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def fastmon_folders() -> list[str]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 
 import pytest
 
-from conftest import EXAMPLES, clean_env, fastmon_cmd, run_dirs
+from conftest import EXAMPLES, clean_env, fastmon_cmd, run_dirs, wait_for
 from fastmon.records import RunRecord
 from fastmon.tui.snapshot import FollowSource
 from fastmon.watch_link import WatchLink
@@ -28,16 +27,6 @@ def advice_of(run) -> dict:
         return {a["id"]: a for a in record.advice()}
     finally:
         record.close()
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.e2e

@@ -10,14 +10,13 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCRIPTS, clean_env, fastmon_cmd, run_dirs
+from conftest import ROOT, SCRIPTS, clean_env, fastmon_cmd, run_dirs, wait_for
 
 BROWSER_DIR = Path(os.environ.get("FASTMON_BROWSER_DIR", Path.home() / ".cache" / "fastmon-browser"))
 INSTALL = f"npm install --prefix {BROWSER_DIR} @sparticuz/chromium puppeteer-core"
@@ -37,16 +36,6 @@ def status_of(url: str) -> int:
         return exc.code
     except urllib.error.URLError:
         return 0  # not listening (yet)
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
